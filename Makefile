@@ -1,0 +1,26 @@
+# One venv for everything; `make test` and `make bench` set it up on a fresh machine.
+PY ?= python3
+VENV ?= .venv
+BIN = $(VENV)/bin
+
+.PHONY: setup test bench lint fuzz clean
+
+$(BIN)/activate:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[test]"
+
+setup: $(BIN)/activate
+
+test: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest
+
+fuzz: setup
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py
+
+bench: setup
+	$(BIN)/python benchmarks/bench_gradients.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

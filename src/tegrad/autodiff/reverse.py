@@ -1,0 +1,329 @@
+"""Reverse mode: adjoints of a DAG of computes, in scatter form.
+
+For a compute ``T[i] = B(i)`` with adjoint ``T_bar[p, i]`` (``p`` the head's prefix), and
+a read ``X[f(i, k)]`` inside ``B`` under reductions over ``k`` with conditions ``c(i, k)``
+(reduction ``where`` clauses), the chain rule gives the scatter
+
+    X_bar[p, j] += sum_{i, k : c(i, k) and f(i, k) = j}  T_bar[p, i] * dB/dX[f(i, k)](i, k)
+
+which is written as an ordinary compute over ``(p, j)``: a sum over fresh copies of
+``i`` and ``k`` whose ``where`` holds the equations ``f(i, k) = j``. It is correct for
+any index map, and costs a Jacobian's worth of work until ``simplify`` solves the
+equations for the reduce variables (scatter to gather). Adjoints of tensors read by
+several computes, or read several times, are summed.
+
+``dB/dX[...]`` comes from reverse accumulation over the body, one scope at a time: a
+reduction's source is its own scope, whose free variables include the reduction axes.
+  sum:      x_bar(k) = y_bar
+  max/min:  x_bar(k) = y_bar [x(k) = y] / #{k' : x(k') = y}      (ties share equally)
+  prod:     x_bar(k) = y_bar prod_{k' != k} x(k')
+  custom:   x_bar(k) = y_bar d(combine)/d(rhs)(fold_{k' != k} x(k'), x(k))
+  argmax/argmin: integer valued, no adjoint.
+The prod and custom rules reduce over a fresh copy of the axes with ``k' != k``, so they
+are exact at zeros, at the cost of one extra pass over the axis per element.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import NotDifferentiableError
+from ..ir import dtype as dt
+from ..ir.expr import (
+    SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, binary, cast, const,
+)
+from ..ir.tensor import Compute, Tensor, make_compute
+from ..ir.traverse import children, substitute, tensors_read, topo_tensors
+from ..ir.verify import split_conjunction
+from .partials import partial
+
+
+@dataclass(frozen=True)
+class Term:
+    """One read of a differentiated tensor, with the adjoint arriving at it."""
+
+    read: Read
+    adjoint: Expr
+    axes: tuple[Var, ...]  # variables free in adjoint: compute axes, then reduce axes
+    conds: tuple[Expr, ...]
+
+
+def zero(dtype: str) -> Const:
+    return const(0, dtype)
+
+
+def is_zero(e: Expr | None) -> bool:
+    return e is None or (isinstance(e, Const) and e.value == 0)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    if isinstance(a, Const) and a.value == 1:
+        return cast(b, binary("mul", a, b).dtype)
+    if isinstance(b, Const) and b.value == 1:
+        return cast(a, binary("mul", a, b).dtype)
+    return binary("mul", a, b)
+
+
+def add(a: Expr | None, b: Expr) -> Expr:
+    return b if a is None else binary("add", a, b)
+
+
+def conj(conds) -> Expr | None:
+    out = None
+    for c in conds:
+        out = c if out is None else binary("and", out, c)
+    return out
+
+
+class Differentiable:
+    """Which nodes carry derivatives: float-valued and reading a tensor in ``targets``."""
+
+    def __init__(self, targets: set[Tensor]):
+        self.targets = targets
+        self.memo: dict[Expr, bool] = {}
+
+    def __call__(self, e: Expr) -> bool:
+        hit = self.memo.get(e)
+        if hit is None:
+            if not dt.is_float(e.dtype):
+                hit = False
+            elif isinstance(e, Read):
+                hit = e.tensor in self.targets
+            else:
+                hit = any(self(x) for x in children(e))
+            self.memo[e] = hit
+        return hit
+
+
+def scope_order(root: Expr) -> list[Expr]:
+    """Nodes of one scope (stopping at reads and reductions), parents before children."""
+    order: list[Expr] = []
+    seen: set[Expr] = set()
+    stack: list[tuple[Expr, bool]] = [(root, False)]
+    while stack:
+        x, done = stack.pop()
+        if done:
+            order.append(x)
+            continue
+        if x in seen:
+            continue
+        seen.add(x)
+        stack.append((x, True))
+        if not isinstance(x, (Read, Reduce)):
+            stack.extend((ch, False) for ch in children(x))
+    order.reverse()
+    return order
+
+
+def fresh_copy(axes) -> dict[Var, Var]:
+    return {a: Var.fresh(a.name, a.lo, a.extent) for a in axes}
+
+
+def others_differ(ren: dict[Var, Var]) -> Expr:
+    """Some fresh axis differs from its original: the point is not the current one."""
+    out = None
+    for old, new in ren.items():
+        d = binary("ne", new, old)
+        out = d if out is None else binary("or", out, d)
+    return out
+
+
+def fold_except(r: Reduce, source: Expr | None = None) -> Expr:
+    """The reduction ``r`` over every point of its axes but the current one."""
+    ren = fresh_copy(r.axes)
+    src = substitute(source if source is not None else r.source, ren)
+    where = others_differ(ren)
+    if r.where is not None:
+        where = binary("and", substitute(r.where, ren), where)
+    return Reduce(r.combiner, src, tuple(ren.values()), where, r.dtype)
+
+
+def count_ties(r: Reduce) -> Expr:
+    """#{k' : source(k') == r}, computed over a fresh copy of the axes."""
+    ren = fresh_copy(r.axes)
+    hit = cast(binary("eq", substitute(r.source, ren), r), r.dtype)
+    where = None if r.where is None else substitute(r.where, ren)
+    return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
+
+
+def reduce_partial(r: Reduce) -> Expr | None:
+    """d r / d source(k), an expression in the reduction's axes."""
+    kind = r.combiner.kind
+    one = const(1, r.dtype)
+    if kind == "sum":
+        return one
+    if kind in ("max", "min"):
+        hit = Select(binary("eq", r.source, r), one, zero(r.dtype), r.dtype)
+        return binary("div", hit, count_ties(r))
+    if kind == "prod":
+        return fold_except(r)
+    if kind == "custom":
+        comb = r.combiner
+        rest = fold_except(r)
+        d_rhs = partial_wrt_var(comb.combine, comb.rhs)
+        return substitute(d_rhs, {comb.lhs: rest, comb.rhs: r.source})
+    return None
+
+
+def partial_wrt_var(e: Expr, v: Var) -> Expr:
+    """d e / d v for a scalar expression of a float variable (custom reducers)."""
+    from .forward import tangent_of_expr
+
+    return tangent_of_expr(e, lambda x: const(1, v.dtype) if x is v else None)
+
+
+def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentiable) -> list[Term]:
+    """Adjoints reaching every read of a target tensor, starting from adjoint 1."""
+    terms: list[Term] = []
+
+    def run_scope(root: Expr, seed: Expr, scope: tuple[Var, ...], conds: tuple[Expr, ...]):
+        adj: dict[Expr, Expr] = {root: seed}
+        for node in scope_order(root):
+            a = adj.pop(node, None)
+            if a is None:
+                continue
+            if isinstance(node, Read):
+                terms.append(Term(node, a, scope, conds))
+            elif isinstance(node, Reduce):
+                p = reduce_partial(node)
+                if p is None:
+                    continue
+                inner = conds + (tuple(split_conjunction(node.where)) if node.where is not None else ())
+                run_scope(node.source, mul(a, p), scope + node.axes, inner)
+            elif isinstance(node, Select):
+                z = zero(node.dtype)
+                if differentiable(node.a):
+                    adj[node.a] = add(adj.get(node.a), Select(node.cond, a, z, node.dtype))
+                if differentiable(node.b):
+                    adj[node.b] = add(adj.get(node.b), Select(node.cond, z, a, node.dtype))
+            elif isinstance(node, Unary | Binary | Cast):
+                for k, operand in enumerate(children(node)):
+                    if not differentiable(operand):
+                        continue
+                    p = partial(node, k)
+                    if is_zero(p):
+                        continue
+                    contribution = cast(mul(a, p), operand.dtype)
+                    adj[operand] = add(adj.get(operand), contribution)
+
+    if differentiable(body):
+        run_scope(body, const(1, body.dtype), axes, ())
+    return terms
+
+
+def scatter_terms(t: Compute, t_bar: Tensor, x: Tensor, terms: list[Term], prefix: tuple[Var, ...],
+                  j: tuple[Var, ...]) -> Expr | None:
+    """Sum over the reads of ``x`` in ``t`` of their scatter-form contributions to x_bar."""
+    total = None
+    for term in terms:
+        if term.read.tensor is not x:
+            continue
+        ren = fresh_copy(term.axes)
+        head = Read(t_bar, tuple(prefix) + tuple(ren[a] for a in t.axes), t_bar.dtype)
+        value = cast(mul(head, substitute(term.adjoint, ren)), x.dtype)
+        eqs = [binary("eq", substitute(idx, ren), jm) for idx, jm in zip(term.read.indices, j, strict=True)]
+        where = conj([substitute(c, ren) for c in term.conds] + eqs)
+        if ren:
+            expr = Reduce(SUM, value, tuple(ren.values()), where, x.dtype)
+        else:
+            expr = value if where is None else Select(where, value, zero(x.dtype), x.dtype)
+        total = add(total, expr)
+    return total
+
+
+def gradient(output: Tensor, inputs, head: Tensor | None = None,
+             finish: Callable[[Compute], Compute] = lambda t: t) -> list[Tensor]:
+    """Reverse-mode derivatives of ``output`` (see ``tegrad.gradient``)."""
+    inputs = list(inputs)
+    for x in inputs:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"gradient inputs must be tensors, got {x!r}")
+        if not dt.is_float(x.dtype):
+            raise NotDifferentiableError(
+                f"cannot differentiate {output.name} with respect to {x.name}: it is an "
+                f"integer tensor ({x.dtype}); indices and gathers have no derivative"
+            )
+    if not dt.is_float(output.dtype):
+        raise NotDifferentiableError(
+            f"{output.name} has dtype {output.dtype}: only floating-point outputs have gradients"
+        )
+    if head is None:
+        head = identity_head(output)
+    if tuple(head.shape[len(head.shape) - output.ndim:]) != output.shape or head.ndim < output.ndim:
+        raise ValueError(
+            f"head {head.name} has shape {head.shape}; it must be prefix + {output.name}'s "
+            f"shape {output.shape}"
+        )
+    prefix_shape = head.shape[: head.ndim - output.ndim]
+    order = topo_tensors([output])
+    on_path = _on_path(order, set(inputs))
+    differentiable = Differentiable(on_path)
+    adjoint: dict[Tensor, Tensor] = {output: head}
+    pending: dict[Tensor, list[Expr]] = {}
+    axes_of: dict[Tensor, tuple[tuple[Var, ...], tuple[Var, ...]]] = {}
+
+    def axes_for(x: Tensor):
+        if x not in axes_of:
+            p = tuple(Var.fresh(f"p{k}", 0, s) for k, s in enumerate(prefix_shape))
+            jv = tuple(Var.fresh(f"j{k}", 0, s) for k, s in enumerate(x.shape))
+            axes_of[x] = (p, jv)
+        return axes_of[x]
+
+    for t in reversed(order):
+        if t is not output:
+            parts = pending.pop(t, None)
+            if parts is None or t not in on_path:
+                continue
+            p, jv = axes_for(t)
+            body = parts[0]
+            for extra in parts[1:]:
+                body = binary("add", body, extra)
+            adjoint[t] = finish(make_compute(prefix_shape + t.shape, p + jv, body,
+                                             f"{output.name}.grad.{t.name}"))
+        if not isinstance(t, Compute):
+            continue
+        terms = backprop_body(t.body, t.axes, differentiable)
+        for x in tensors_read(t.body):
+            if x not in on_path:
+                continue
+            p, jv = axes_for(x)
+            contribution = scatter_terms(t, adjoint[t], x, terms, p, jv)
+            if contribution is not None:
+                pending.setdefault(x, []).append(contribution)
+
+    results = []
+    for x in inputs:
+        if x is output:
+            results.append(head)
+        elif x in adjoint:
+            results.append(adjoint[x])
+        else:
+            shape = prefix_shape + x.shape
+            results.append(make_compute(shape, tuple(Var.fresh(f"i{k}", 0, s) for k, s in enumerate(shape)),
+                                        zero(x.dtype), f"{output.name}.grad.{x.name}"))
+    return results
+
+
+def _on_path(order: list[Tensor], inputs: set[Tensor]) -> set[Tensor]:
+    """Float tensors that depend on some input (inputs included)."""
+    reach: set[Tensor] = set()
+    for t in order:
+        if t in inputs:
+            reach.add(t)
+        elif isinstance(t, Compute) and dt.is_float(t.dtype):
+            if any(x in reach for x in tensors_read(t.body)):
+                reach.add(t)
+    return reach
+
+
+def identity_head(output: Tensor) -> Compute:
+    """I[p, i] = [p == i]: the head whose VJP is the full Jacobian."""
+    n = output.ndim
+    p = tuple(Var.fresh(f"p{k}", 0, s) for k, s in enumerate(output.shape))
+    i = tuple(Var.fresh(f"i{k}", 0, s) for k, s in enumerate(output.shape))
+    one, z = const(1, output.dtype), zero(output.dtype)
+    body = one if n == 0 else Select(conj(binary("eq", a, b) for a, b in zip(p, i, strict=True)),
+                                     one, z, output.dtype)
+    return make_compute(output.shape * 2, p + i, body, f"{output.name}.identity")
+

@@ -1,0 +1,244 @@
+"""The executable semantics of a compute: vectorized NumPy over index grids.
+
+A compute ``T[i0..in] = body`` is evaluated with every index variable an ``arange``
+broadcast along its own array axis. A reduction appends one array axis per reduce
+variable, evaluates its source over the extended grid, and folds those trailing axes.
+A sub-expression only spans the axes of the variables it uses, so a reduction that
+depends on fewer variables than its context (the ``max`` inside a softmax) is computed
+once per value of those variables, never once per output element. Structurally equal
+sub-expressions are the same object (interning) and are evaluated once.
+
+Reads clip their indices into range: the verifier proved that every index that can
+leave its tensor is masked by a guard on its path, so a clipped value is never used.
+Indices read from integer tensors are checked here, under the guards of their path.
+
+Large grids are evaluated in chunks of the leading output axes so that no intermediate
+exceeds ``GRID_LIMIT`` elements.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.bounds import is_pure_index
+from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.tensor import Compute
+from ..ir.traverse import free_vars, walk
+from ..ir.verify import split_conjunction
+
+GRID_LIMIT = 1 << 23
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+
+
+def _erf(x):
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy ships with the test extra
+        import math as m
+
+        return np.vectorize(m.erf, otypes=[x.dtype])(x)
+    return erf(x)
+
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "sin": np.sin,
+    "cos": np.cos, "erf": _erf, "neg": np.negative, "abs": np.abs, "sign": np.sign,
+    "floor": np.floor, "ceil": np.ceil, "round": np.round, "not": np.logical_not,
+}
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+    "floordiv": np.floor_divide, "floormod": np.mod, "pow": np.power, "max": np.maximum,
+    "min": np.minimum, "lt": np.less, "le": np.less_equal, "eq": np.equal,
+    "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+}
+REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def evaluate_compute(t: Compute, arrays: dict) -> np.ndarray:
+    """Evaluate ``t`` given the arrays of every tensor it reads (keyed by tensor)."""
+    out = np.empty(t.shape, dtype=t.dtype)
+    for region in _chunks(t):
+        env = {}
+        n = len(t.axes)
+        for k, (v, (lo, hi)) in enumerate(zip(t.axes, region, strict=True)):
+            shape = [1] * n
+            shape[k] = hi - lo
+            env[v] = (np.arange(lo, hi).reshape(shape), k)
+        ev = Evaluator(arrays, env, n, t.name)
+        value = ev.go(t.body, n, ())
+        out[tuple(slice(lo, hi) for lo, hi in region)] = value
+    return out
+
+
+def _chunks(t: Compute) -> list[list[tuple[int, int]]]:
+    inner = _deepest_reduction(t.body)
+    full = [(0, s) for s in t.shape]
+    if not t.shape:
+        return [full]
+    total = math.prod(t.shape) * inner
+    if total <= GRID_LIMIT:
+        return [full]
+    regions: list[list[tuple[int, int]]] = [[]]
+    per_point = inner
+    for axis, size in enumerate(t.shape):
+        rest = math.prod(t.shape[axis + 1:]) * per_point
+        if rest * size <= GRID_LIMIT:
+            return [r + full[axis:] for r in regions]
+        step = max(1, GRID_LIMIT // max(rest, 1))
+        regions = [r + [(lo, min(lo + step, size))] for r in regions for lo in range(0, size, step)]
+        if step > 1 or axis == len(t.shape) - 1:
+            return [r + full[axis + 1:] for r in regions]
+    return regions
+
+
+def _deepest_reduction(e: Expr) -> int:
+    best = 1
+    for x in walk(e):
+        if isinstance(x, Reduce):
+            best = max(best, math.prod(a.extent for a in x.axes) * _deepest_reduction(x.source))
+    return best
+
+
+class Evaluator:
+    """Evaluates expressions; every result has exactly ``depth`` array axes."""
+
+    def __init__(self, arrays: dict, env: dict, depth: int, owner: str):
+        self.arrays = arrays
+        self.env = env  # Var -> (array, position)
+        self.owner = owner
+        self.memo: dict = {}
+
+    def at_depth(self, value: np.ndarray, depth: int) -> np.ndarray:
+        value = np.asarray(value)
+        if value.ndim < depth:
+            value = value.reshape(value.shape + (1,) * (depth - value.ndim))
+        return value
+
+    def go(self, e: Expr, depth: int, conds: tuple) -> np.ndarray:
+        fv = free_vars(e)
+        key = (e, depth, tuple(sorted((v.uid, self.env[v][1]) for v in fv)))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        out = self.at_depth(self.node(e, depth, conds), depth)
+        self.memo[key] = out
+        return out
+
+    def node(self, e: Expr, depth: int, conds: tuple) -> np.ndarray:
+        if isinstance(e, Var):
+            return self.env[e][0]
+        if isinstance(e, Const):
+            return np.asarray(e.value, dtype=e.dtype)
+        if isinstance(e, Read):
+            return self.read(e, depth, conds)
+        if isinstance(e, Unary):
+            with np.errstate(all="ignore"):
+                return UNARY[e.op](self.go(e.a, depth, conds)).astype(e.dtype, copy=False)
+        if isinstance(e, Cast):
+            with np.errstate(all="ignore"):
+                return self.go(e.a, depth, conds).astype(e.dtype)
+        if isinstance(e, Binary):
+            a, b = self.go(e.a, depth, conds), self.go(e.b, depth, conds)
+            with np.errstate(all="ignore"):
+                return BINARY[e.op](a, b).astype(e.dtype, copy=False)
+        if isinstance(e, Select):
+            c = self.go(e.cond, depth, conds)
+            a = self.go(e.a, depth, conds + tuple(split_conjunction(e.cond)))
+            b = self.go(e.b, depth, conds + (Unary("not", e.cond, "bool"),))
+            return np.where(c, a, b)
+        if isinstance(e, Reduce):
+            return self.reduce(e, depth, conds)
+        raise TypeError(f"cannot evaluate {type(e).__name__}")
+
+    def read(self, e: Read, depth: int, conds: tuple) -> np.ndarray:
+        array = self.arrays[e.tensor]
+        if not e.indices:
+            return array
+        idx = []
+        for axis, index in enumerate(e.indices):
+            dim = array.shape[axis]
+            values = self.go(index, depth, conds)
+            if not is_pure_index(index):
+                self.check_gather(e, axis, values, dim, depth, conds)
+            idx.append(np.clip(values, 0, max(dim - 1, 0)))
+        return array[tuple(idx)]
+
+    def check_gather(self, e: Read, axis: int, values, dim: int, depth: int, conds: tuple):
+        bad = (values < 0) | (values >= dim)
+        if not bad.any():
+            return
+        for c in conds:
+            bad = bad & self.go(c, depth, ())
+        if bad.any():
+            where = tuple(np.argwhere(bad)[0])
+            value = np.broadcast_to(values, bad.shape)[where]
+            raise IndexError(
+                f"{self.owner}: gather {e.tensor.name}[...] index {axis} got value {int(value)}, "
+                f"outside [0, {dim}) (from {e.indices[axis]!r})"
+            )
+
+    def reduce(self, e: Reduce, depth: int, conds: tuple) -> np.ndarray:
+        inner = depth + len(e.axes)
+        saved = {a: self.env.get(a) for a in e.axes}
+        for k, a in enumerate(e.axes):
+            shape = [1] * inner
+            shape[depth + k] = a.extent
+            self.env[a] = (np.arange(a.lo, a.lo + a.extent).reshape(shape), depth + k)
+        try:
+            inner_conds = conds + (tuple(split_conjunction(e.where)) if e.where is not None else ())
+            src = self.go(e.source, inner, inner_conds)
+            mask = None if e.where is None else self.go(e.where, inner, conds)
+            full = np.broadcast_shapes(src.shape, (1,) * depth + tuple(a.extent for a in e.axes),
+                                       () if mask is None else mask.shape)
+            src = np.broadcast_to(src, full)
+            mask = None if mask is None else np.broadcast_to(mask, full)
+            return self.fold(e, src, mask, depth)
+        finally:
+            for a, old in saved.items():
+                if old is None:
+                    self.env.pop(a, None)
+                else:
+                    self.env[a] = old
+
+    def fold(self, e: Reduce, src: np.ndarray, mask, depth: int) -> np.ndarray:
+        kind = e.combiner.kind
+        red_axes = tuple(range(depth, src.ndim))
+        if kind in ("argmax", "argmin"):
+            flat = src.reshape(src.shape[:depth] + (-1,))
+            if mask is not None:
+                fill = -np.inf if kind == "argmax" else np.inf
+                flat = np.where(mask.reshape(flat.shape), flat, fill)
+            pos = (np.argmax if kind == "argmax" else np.argmin)(flat, axis=-1)
+            if len(e.axes) == 1:
+                pos = pos + e.axes[0].lo
+            return pos.astype(e.dtype)
+        identity = np.asarray(e.combiner.identity_value(e.dtype), dtype=e.dtype)
+        if mask is not None:
+            src = np.where(mask, src, identity)
+        if kind == "custom":
+            return self.fold_custom(e, src, identity, depth)
+        if src.size == 0:
+            return np.full(src.shape[:depth], identity, dtype=e.dtype)
+        return REDUCE[kind](src, axis=red_axes).astype(e.dtype, copy=False)
+
+    def fold_custom(self, e: Reduce, src: np.ndarray, identity, depth: int) -> np.ndarray:
+        comb = e.combiner
+        flat = src.reshape(src.shape[:depth] + (-1,))
+        if flat.shape[-1] == 0:
+            return np.full(src.shape[:depth], identity, dtype=e.dtype)
+        while flat.shape[-1] > 1:
+            if flat.shape[-1] % 2:
+                pad = np.broadcast_to(identity, flat.shape[:-1] + (1,))
+                flat = np.concatenate([flat, pad], axis=-1)
+            sub = Evaluator(self.arrays, {comb.lhs: (flat[..., 0::2], 0), comb.rhs: (flat[..., 1::2], 0)},
+                            0, self.owner)
+            flat = np.asarray(sub.node(comb.combine, 0, ()), dtype=e.dtype)
+            flat = np.broadcast_to(flat, flat.shape)
+        return flat[..., 0]

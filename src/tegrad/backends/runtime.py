@@ -1,0 +1,84 @@
+"""``tg.build`` and ``tg.evaluate``: argument checking and target dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.traverse import topo_tensors
+
+TARGETS = ("numpy",)
+
+
+def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
+    """Compile ``outputs`` (one tensor, or a list) to a callable taking ``inputs``' arrays."""
+    single = isinstance(outputs, Tensor)
+    outs = [outputs] if single else list(outputs)
+    ins = list(inputs)
+    _check_signature(ins, outs)
+    target = target or "numpy"
+    if target == "cuda":
+        raise RuntimeError("target 'cuda' is not available on this machine")
+    if target not in TARGETS and target != "cpu":
+        raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
+    from ..lower.plan import plan
+    from .numpy_backend import NumpyProgram
+
+    program = NumpyProgram(plan(outs), ins)
+
+    def run(*arrays):
+        if len(arrays) != len(ins):
+            raise TypeError(
+                f"expected {len(ins)} arrays ({', '.join(p.name for p in ins)}), got {len(arrays)}"
+            )
+        feed = {p: _coerce(p, a) for p, a in zip(ins, arrays, strict=True)}
+        results = program.run(feed)
+        return results[0] if single else tuple(results)
+
+    run.inputs = ins
+    run.outputs = outs
+    run.program = program
+    return run
+
+
+def evaluate(outputs, feed: dict, target: str | None = None):
+    """Build and run once: ``feed`` maps placeholders to arrays."""
+    outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    needed = [t for t in topo_tensors(outs) if isinstance(t, Placeholder)]
+    for p in needed:
+        if p not in feed:
+            raise ValueError(f"no value fed for placeholder {p.name} {p.shape} {p.dtype}")
+    f = build(needed, outputs, target)
+    return f(*(feed[p] for p in needed))
+
+
+def _check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
+    for p in ins:
+        if not isinstance(p, Placeholder):
+            raise TypeError(f"build inputs must be placeholders; {p.name} is a compute")
+    if len(set(ins)) != len(ins):
+        raise ValueError("a placeholder is listed twice in build inputs")
+    given = set(ins)
+    for t in topo_tensors(outs):
+        if isinstance(t, Placeholder) and t not in given:
+            raise ValueError(
+                f"output reads placeholder {t.name} {t.shape} {t.dtype}, which is not in inputs"
+            )
+        if not isinstance(t, (Placeholder, Compute)):
+            raise TypeError(f"not a tensor: {t!r}")
+
+
+def _coerce(p: Placeholder, a) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.shape != p.shape:
+        raise ValueError(f"placeholder {p.name}: expected shape {p.shape}, received {arr.shape}")
+    if arr.dtype.name != p.dtype:
+        same_kind = np.can_cast(arr.dtype, p.dtype, casting="same_kind")
+        if not same_kind or (arr.dtype.kind != np.dtype(p.dtype).kind):
+            raise TypeError(
+                f"placeholder {p.name}: expected dtype {p.dtype}, received {arr.dtype.name}"
+            )
+        arr = arr.astype(p.dtype)
+    return arr

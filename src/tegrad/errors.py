@@ -1,0 +1,21 @@
+"""Public exception types."""
+
+from __future__ import annotations
+
+from .ir.verify import IRError
+
+
+class NotDifferentiableError(ValueError):
+    """A derivative that does not exist: with respect to an integer tensor, or through a
+    construct that has no rule. The message names the tensor and the construct."""
+
+
+class GradientCheckError(AssertionError):
+    """A backward disagrees with its forward; ``.report`` holds the GradCheckReport."""
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
+__all__ = ["IRError", "NotDifferentiableError", "GradientCheckError"]

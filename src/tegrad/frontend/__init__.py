@@ -1,0 +1,1 @@
+"""Front end: the functions a user writes tensor expressions with (API section 1)."""

@@ -1,0 +1,395 @@
+"""Scalar expression nodes: immutable and interned.
+
+Every node is a frozen, slotted dataclass whose constructor goes through an intern
+table, so two structurally equal nodes are the same object. Equality and hashing are
+therefore identity (``a is b``), which makes memo tables keyed by nodes cheap.
+``==`` keeps that meaning; build an equality test with ``tegrad.equal``.
+
+Nodes:
+  Var(name, uid, dtype, lo, extent)   an index or reduction variable on [lo, lo+extent)
+  Const(value, dtype)
+  Read(tensor, indices)               tensor[i0, i1, ...]
+  Unary(op, a, dtype)                 exp, log, neg, not, ...
+  Binary(op, a, b, dtype)             add, mul, floordiv, max, lt, and, ...
+  Select(cond, a, b, dtype)           if_then_else
+  Cast(a, dtype)
+  Reduce(combiner, source, axes, where, dtype)
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from . import dtype as dt
+
+_INTERN: dict[tuple, Any] = {}
+_UIDS = itertools.count(1)
+
+
+def fresh_uid() -> int:
+    return next(_UIDS)
+
+
+class Interned(type):
+    """Metaclass: constructing a node with the same fields returns the same object."""
+
+    def __call__(cls, *args):
+        key = (cls, *(_key_of(a) for a in args))
+        node = _INTERN.get(key)
+        if node is None:
+            node = super().__call__(*args)
+            _INTERN[key] = node
+        return node
+
+
+def _key_of(value: object) -> object:
+    # floats by bit pattern: 0.0 and -0.0 differ, nan equals nan
+    if isinstance(value, float):
+        return ("f", value.hex() if not math.isnan(value) else "nan")
+    if isinstance(value, bool):
+        return ("b", value)
+    return value
+
+
+class Expr(metaclass=Interned):
+    """Base of scalar expressions. Python operators build new nodes."""
+
+    __slots__ = ()
+    dtype: str
+
+    # arithmetic -------------------------------------------------------------
+    def __add__(self, other):
+        return binary("add", self, other)
+
+    def __radd__(self, other):
+        return binary("add", other, self)
+
+    def __sub__(self, other):
+        return binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return binary("sub", other, self)
+
+    def __mul__(self, other):
+        return binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return binary("div", other, self)
+
+    def __floordiv__(self, other):
+        return binary("floordiv", self, other)
+
+    def __rfloordiv__(self, other):
+        return binary("floordiv", other, self)
+
+    def __mod__(self, other):
+        return binary("floormod", self, other)
+
+    def __rmod__(self, other):
+        return binary("floormod", other, self)
+
+    def __pow__(self, other):
+        return binary("pow", self, other)
+
+    def __rpow__(self, other):
+        return binary("pow", other, self)
+
+    def __neg__(self):
+        return unary("neg", self)
+
+    def __lt__(self, other):
+        return binary("lt", self, other)
+
+    def __le__(self, other):
+        return binary("le", self, other)
+
+    def __gt__(self, other):
+        return binary("lt", other, self)
+
+    def __ge__(self, other):
+        return binary("le", other, self)
+
+    def __bool__(self):
+        raise TypeError(
+            "a tensor expression has no truth value; use tegrad.if_then_else, "
+            "tegrad.all/any, and tegrad.equal instead of Python's if/and/or/=="
+        )
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        from .printer import format_expr
+
+        return format_expr(self)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Var(Expr):
+    """An index variable ranging over [lo, lo + extent); also the formal parameters of
+    custom reducers (then float-typed, with no range)."""
+
+    name: str
+    uid: int
+    dtype: str = dt.INDEX
+    lo: int = 0
+    extent: int | None = None
+
+    @staticmethod
+    def fresh(name: str, lo: int = 0, extent: int | None = None, dtype: str = dt.INDEX) -> Var:
+        return Var(name, fresh_uid(), dtype, lo, extent)
+
+    @property
+    def hi(self) -> int:
+        """Largest value (inclusive)."""
+        return self.lo + self.extent - 1
+
+    # TVM compatibility: an IterVar has .var and .dom
+    @property
+    def var(self) -> Var:
+        return self
+
+    @property
+    def dom(self) -> tuple[int, int]:
+        return (self.lo, self.lo + self.extent)
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Const(Expr):
+    value: Any
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Read(Expr):
+    tensor: Any  # tegrad.ir.tensor.Tensor
+    indices: tuple[Expr, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Unary(Expr):
+    op: str
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Binary(Expr):
+    op: str
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Select(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Cast(Expr):
+    a: Expr
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Combiner(metaclass=Interned):
+    """How a reduction combines values.
+
+    Built-in kinds: sum, prod, max, min, argmax, argmin. A custom reducer
+    (``tegrad.comm_reducer``) has kind "custom": ``combine`` is an expression of the
+    two parameter variables ``lhs`` and ``rhs``, and ``identity(dtype)`` gives the
+    identity element.
+    """
+
+    kind: str
+    name: str
+    lhs: Var | None = None
+    rhs: Var | None = None
+    combine: Expr | None = None
+    identity: Any = None
+
+    BUILTIN: ClassVar[tuple[str, ...]] = ("sum", "prod", "max", "min", "argmax", "argmin")
+
+    def identity_value(self, dtype: str) -> object:
+        if self.kind == "custom":
+            value = self.identity(dtype)
+            return value.value if isinstance(value, Const) else value
+        if self.kind == "sum":
+            return 0
+        if self.kind == "prod":
+            return 1
+        big = math.inf if dt.is_float(dtype) else _int_limit(dtype)
+        return -big if self.kind == "max" else big
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _int_limit(dtype: str) -> int:
+    return (1 << 31) - 1 if dtype == "int32" else (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
+class Reduce(Expr):
+    """``combiner`` over ``source`` for every point of ``axes`` where ``where`` holds.
+
+    ``where`` is None or a bool expression; the reduction of an empty set is the
+    combiner's identity. argmax/argmin give the first extreme position, as a flat index
+    over ``axes`` in row-major order (one axis: the axis value minus its start).
+    """
+
+    combiner: Combiner
+    source: Expr
+    axes: tuple[Var, ...]
+    where: Expr | None
+    dtype: str
+
+
+SUM = Combiner("sum", "sum")
+PROD = Combiner("prod", "prod")
+MAX = Combiner("max", "max")
+MIN = Combiner("min", "min")
+ARGMAX = Combiner("argmax", "argmax")
+ARGMIN = Combiner("argmin", "argmin")
+
+# ---------------------------------------------------------------------------
+# constructors with dtype rules and light constant folding
+
+UNARY_FLOAT = (
+    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf",
+)
+UNARY_SAME = ("neg", "abs", "sign", "floor", "ceil", "round")
+UNARY_OPS = (*UNARY_FLOAT, *UNARY_SAME, "not")
+ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "pow", "max", "min")
+COMPARE_OPS = ("lt", "le", "eq", "ne")
+LOGIC_OPS = ("and", "or")
+BINARY_OPS = (*ARITH_OPS, *COMPARE_OPS, *LOGIC_OPS)
+
+
+def const(value: object, dtype: str | None = None) -> Const:
+    if dtype is None:
+        if isinstance(value, bool):
+            dtype = "bool"
+        elif isinstance(value, int):
+            dtype = dt.INDEX
+        else:
+            dtype = "float32"
+    dtype = dt.check(dtype)
+    if dtype == "bool":
+        value = bool(value)
+    elif dt.is_int(dtype):
+        if isinstance(value, float) and not float(value).is_integer():
+            raise TypeError(f"constant {value!r} is not an integer but dtype is {dtype}")
+        value = int(value)
+    else:
+        value = float(value)
+    return Const(value, dtype)
+
+
+def as_expr(value: object, like: Expr | None = None) -> Expr:
+    """Lift a Python scalar next to an expression ``like`` (taking its dtype where sane)."""
+    if isinstance(value, Expr):
+        return value
+    if hasattr(value, "shape") and hasattr(value, "ndim") and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # NumPy scalars
+    if isinstance(value, bool):
+        return const(value, "bool")
+    if isinstance(value, int):
+        if like is not None and like.dtype != "bool":
+            return const(value, like.dtype)
+        return const(value, dt.INDEX)
+    if isinstance(value, float):
+        if like is not None and dt.is_float(like.dtype):
+            return const(value, like.dtype)
+        return const(value, "float32")
+    from .tensor import Tensor
+
+    if isinstance(value, Tensor):
+        raise TypeError(
+            f"tensor {value.name} used as a scalar expression: index it, e.g. {value.name}[i, j]"
+        )
+    raise TypeError(f"cannot use {type(value).__name__} {value!r} in a tensor expression")
+
+
+def unary(op: str, a: object) -> Expr:
+    if op not in UNARY_OPS:
+        raise NotImplementedError(f"unknown unary op {op!r}")
+    a = as_expr(a)
+    if op == "not":
+        return Unary(op, _as_bool(a, "logical_not"), "bool")
+    if op in UNARY_FLOAT:
+        out = a.dtype if dt.is_float(a.dtype) else "float32"
+        return Unary(op, cast(a, out), out)
+    if a.dtype == "bool":
+        raise TypeError(f"{op} of a bool expression {a!r}")
+    if op in ("floor", "ceil", "round") and dt.is_int(a.dtype):
+        return a
+    return Unary(op, a, a.dtype)
+
+
+def _as_bool(a: Expr, what: str) -> Expr:
+    if a.dtype != "bool":
+        raise TypeError(f"{what} needs a condition (bool expression), got {a!r} of {a.dtype}")
+    return a
+
+
+def binary(op: str, a: object, b: object) -> Expr:
+    if op not in BINARY_OPS:
+        raise NotImplementedError(f"unknown binary op {op!r}")
+    if not isinstance(a, Expr):
+        a = as_expr(a, b if isinstance(b, Expr) else None)
+    b = as_expr(b, a)
+    if op in LOGIC_OPS:
+        return Binary(op, _as_bool(a, op), _as_bool(b, op), "bool")
+    if op in COMPARE_OPS:
+        common = dt.promote(a.dtype, b.dtype)
+        return Binary(op, cast(a, common), cast(b, common), "bool")
+    if a.dtype == "bool" or b.dtype == "bool":
+        raise TypeError(f"arithmetic {op} on a bool expression: {a!r}, {b!r}; cast it first")
+    out = dt.promote(a.dtype, b.dtype)
+    if op == "div" and dt.is_int(out):
+        out = "float32"
+    if op in ("floordiv", "floormod") and dt.is_float(out):
+        raise TypeError(f"{op} needs integer operands, got {a.dtype} and {b.dtype}")
+    return Binary(op, cast(a, out), cast(b, out), out)
+
+
+def cast(a: object, dtype: str) -> Expr:
+    a = as_expr(a)
+    dtype = dt.check(dtype)
+    if a.dtype == dtype:
+        return a
+    if isinstance(a, Const):
+        return const(a.value if dtype != "bool" else bool(a.value), dtype)
+    return Cast(a, dtype)
+
+
+def select(cond: object, a: object, b: object) -> Expr:
+    if isinstance(cond, bool):
+        raise TypeError(
+            "if_then_else got a Python bool as its condition; "
+            "write the test with tegrad.equal/not_equal or <, <=, >, >="
+        )
+    cond = _as_bool(as_expr(cond), "if_then_else")
+    if not isinstance(a, Expr):
+        a = as_expr(a, b if isinstance(b, Expr) else None)
+    b = as_expr(b, a)
+    out = dt.promote(a.dtype, b.dtype)
+    return Select(cond, cast(a, out), cast(b, out), out)
+
+
+def read(tensor: Any, indices: tuple) -> Read:
+    return Read(tensor, tuple(as_expr(i) for i in indices), tensor.dtype)

@@ -1,0 +1,1 @@
+"""Lowering: from tensor expressions to a plan of kernels, shared by every backend."""

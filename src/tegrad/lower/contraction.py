@@ -1,0 +1,5 @@
+"""Contractions (placeholder until the strided-view matcher lands)."""
+
+
+def match_contraction(t):
+    return None

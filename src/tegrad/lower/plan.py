@@ -1,0 +1,56 @@
+"""A plan: the computes to materialize, in order, each with the kernel form chosen.
+
+Kernel forms:
+  general      the compute evaluated as a fused expression over its index grid
+  contraction  a sum over a product of affine (possibly guarded) reads: a BLAS call on
+               strided views (see ``contraction.py``)
+  scatter      a sum whose ``where`` pins output indices to expressions of the reduce
+               axes that could not be inverted: an explicit, deterministic scatter-add
+               (see ``scatter.py``)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.tensor import Compute, Tensor
+from ..ir.traverse import topo_tensors
+from ..ir.verify import verify_compute
+
+
+@dataclass
+class Kernel:
+    tensor: Compute
+    kind: str = "general"
+    detail: object = None
+
+
+@dataclass
+class Plan:
+    kernels: list[Kernel]
+    outputs: list[Tensor]
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        return "\n".join(f"{k.kind:12s} {k.tensor.name} {k.tensor.shape}" for k in self.kernels)
+
+
+def plan(outputs: list[Tensor]) -> Plan:
+    from .contraction import match_contraction
+    from .scatter import match_scatter
+
+    kernels = []
+    for t in topo_tensors(outputs):
+        if not isinstance(t, Compute):
+            continue
+        verify_compute(t)
+        detail = match_contraction(t)
+        if detail is not None:
+            kernels.append(Kernel(t, "contraction", detail))
+            continue
+        detail = match_scatter(t)
+        if detail is not None:
+            kernels.append(Kernel(t, "scatter", detail))
+            continue
+        kernels.append(Kernel(t, "general"))
+    return Plan(kernels, list(outputs))
