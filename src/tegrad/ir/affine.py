@@ -42,7 +42,7 @@ def linearize(e: Expr) -> Form:
 
 def build(coeffs: dict[Expr, int], k: int, dtype: str = dt.INDEX) -> Expr:
     """The expression of an affine form, in a canonical order (variables by uid)."""
-    terms = sorted(((a, c) for a, c in coeffs.items() if c), key=lambda ac: _order(ac[0]))
+    terms = sorted(((a, c) for a, c in coeffs.items() if c), key=lambda ac: (ac[1] < 0, _order(ac[0])))
     out: Expr | None = None
     for atom, c in terms:
         if out is None:

@@ -1,11 +1,72 @@
-"""The simplifier's entry points (placeholder)."""
+"""The simplifier's entry points.
+
+``simplify_expr`` rewrites bottom-up with the local rules of ``algebra.py`` and turns
+every floating-point sum into gather form with ``gather.py``, repeating until nothing
+changes (at most ``MAX_PASSES`` passes). Results are memoised by node (nodes are
+interned), so simplifying the same sub-expression twice is free.
+"""
 
 from __future__ import annotations
 
+from ..ir import dtype as dt
+from ..ir.expr import Expr, Reduce
+from ..ir.tensor import Compute, Tensor, make_compute
+from ..ir.traverse import topo_tensors, transform
+from ..ir.expr import Read
+from .algebra import fold
+from .gather import solve_sum
 
-def simplify_compute(t):
-    return t
+MAX_PASSES = 4
+_MEMO: dict[Expr, Expr] = {}
 
 
-def simplify(t):
-    return t
+def _rule(e: Expr) -> Expr | None:
+    changed = False
+    for _ in range(16):
+        out = fold(e)
+        if out is None or out is e:
+            break
+        e, changed = out, True
+    if isinstance(e, Reduce) and e.combiner.kind == "sum" and dt.is_float(e.dtype):
+        out = solve_sum(e, simplify_expr)
+        if out is not e:
+            return out
+    return e if changed else None
+
+
+def simplify_expr(e: Expr) -> Expr:
+    hit = _MEMO.get(e)
+    if hit is not None:
+        return hit
+    out = e
+    for _ in range(MAX_PASSES):
+        nxt = transform(out, _rule)
+        if nxt is out:
+            break
+        out = nxt
+    _MEMO[e] = out
+    _MEMO[out] = out
+    return out
+
+
+def simplify_compute(t: Compute) -> Compute:
+    body = simplify_expr(t.body)
+    return t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
+
+
+def simplify(tensor: Tensor) -> Tensor:
+    """An equivalent tensor with every compute it depends on simplified."""
+    new: dict[Tensor, Tensor] = {}
+    for t in topo_tensors([tensor]):
+        if not isinstance(t, Compute):
+            new[t] = t
+            continue
+
+        def relink(x: Expr):
+            if isinstance(x, Read) and new.get(x.tensor, x.tensor) is not x.tensor:
+                return Read(new[x.tensor], x.indices, x.dtype)
+            return None
+
+        body = simplify_expr(transform(t.body, relink))
+        new[t] = t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
+    return new[tensor]

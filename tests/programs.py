@@ -1,0 +1,406 @@
+"""Hypothesis strategies for random well-formed tegrad programs (used by test_fuzz.py).
+
+A program has 1-3 float64 placeholders with small shapes (every dimension 1-5) and
+1-3 chained computes (each reads the one before it). Bodies mix:
+
+* reads with affine index maps (stride, offset, flip ``n-1-i``, transposes, broadcast,
+  two-variable windows ``i + k``), ``//`` and ``%`` (upsampling, tiling) and clamps
+  (``min(max(e, 0), n-1)``); a read whose index can leave its tensor is guarded,
+  padding-style ``if_then_else(all(0 <= e, e < n), X[e], 0.0)``, or wrapped/clamped,
+  or (in window reductions) guarded by the reduction's ``where``;
+* reductions (sum/max/min/prod, with and without ``where``, nested in elementwise
+  expressions and inside one another over distinct axes);
+* smooth elementwise math: ``+ - *``, ``a / (1 + b*b)``, ``tanh``, ``sigmoid``, ``sin``,
+  ``exp(tanh(x))``, ``maximum``/``minimum`` and selects on index conditions.
+
+Every choice is drawn from Hypothesis, so failing programs shrink. The generator keeps a
+small Python model of every index expression and condition (a function of the
+variables' values) and enumerates it to decide which reads need a guard and whether a
+``max``/``min`` reduction's ``where`` can be empty (then it becomes a ``sum``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+from hypothesis import strategies as st
+
+import tegrad as tg
+
+MAX_DIM = 5
+MAX_TENSOR_SIZE = 40  # elements per tensor; keeps scatter-form gradients cheap
+PAD_VALUES = (0.0, 0.5, -1.0)
+CONSTANTS = (0.5, -1.25, 2.0, 1.0, -0.75)
+
+
+# ---------------------------------------------------------------------------
+# index expressions with a Python model
+
+
+@dataclass(frozen=True)
+class Ix:
+    """An integer expression ``expr`` of the variables ``vars``; ``fn(env)`` computes
+    it in Python (env maps Var -> int)."""
+
+    expr: object
+    fn: object
+    vars: tuple
+
+    def values(self) -> list[int]:
+        return [self.fn(env) for env in _envs(self.vars)]
+
+
+def _dom(v) -> range:
+    lo, hi = v.dom
+    return range(lo, hi)
+
+
+def _envs(variables):
+    variables = tuple(dict.fromkeys(variables))
+    for point in itertools.product(*(_dom(v) for v in variables)):
+        yield dict(zip(variables, point, strict=True))
+
+
+def _merge(*var_tuples) -> tuple:
+    return tuple(dict.fromkeys(v for vs in var_tuples for v in vs))
+
+
+def ix_const(c: int) -> Ix:
+    return Ix(tg.const(c, "int64"), lambda env, c=c: c, ())
+
+
+def ix_var(v) -> Ix:
+    return Ix(v, lambda env, v=v: env[v], (v,))
+
+
+def ix_affine(x: Ix, a: int, b: int) -> Ix:
+    e = x.expr if a == 1 else a * x.expr
+    e = e if b == 0 else e + b
+    return Ix(e, lambda env, f=x.fn: a * f(env) + b, x.vars)
+
+
+def ix_add(x: Ix, y: Ix, sign: int, b: int) -> Ix:
+    e = x.expr + y.expr if sign > 0 else x.expr - y.expr
+    e = e if b == 0 else e + b
+    return Ix(e, lambda env, f=x.fn, g=y.fn: f(env) + sign * g(env) + b, _merge(x.vars, y.vars))
+
+
+def ix_rsub(c: int, x: Ix) -> Ix:
+    return Ix(c - x.expr, lambda env, f=x.fn: c - f(env), x.vars)
+
+
+def ix_floordiv(x: Ix, s: int) -> Ix:
+    return Ix(x.expr // s, lambda env, f=x.fn: f(env) // s, x.vars)
+
+
+def ix_mod(x: Ix, m: int) -> Ix:
+    return Ix(x.expr % m, lambda env, f=x.fn: f(env) % m, x.vars)
+
+
+def ix_clamp(x: Ix, n: int) -> Ix:
+    e = tg.minimum(tg.maximum(x.expr, 0), n - 1)
+    return Ix(e, lambda env, f=x.fn: min(max(f(env), 0), n - 1), x.vars)
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A boolean index condition with its Python model."""
+
+    expr: object
+    fn: object
+    vars: tuple
+
+
+def cond_in_bounds(x: Ix, n: int) -> Cond:
+    return Cond(tg.all(0 <= x.expr, x.expr < n), lambda env, f=x.fn: 0 <= f(env) < n, x.vars)
+
+
+def cond_all(conds: list[Cond]) -> Cond:
+    if len(conds) == 1:
+        return conds[0]
+    return Cond(
+        tg.all(*(c.expr for c in conds)),
+        lambda env, fs=tuple(c.fn for c in conds): all(f(env) for f in fs),
+        _merge(*(c.vars for c in conds)),
+    )
+
+
+# ---------------------------------------------------------------------------
+# the program and its generator
+
+
+@dataclass
+class Program:
+    inputs: list
+    computes: list = field(default_factory=list)
+
+    @property
+    def output(self):
+        return self.computes[-1]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{p.name}{p.shape}" for p in self.inputs)
+        return f"Program(inputs [{ins}]:\n{self.output}\n)"
+
+
+class _Gen:
+    def __init__(self, draw, budget: int):
+        self.draw = draw
+        self.budget = budget
+        self.used_vars: set = set()
+        self.read_tensors: set = set()
+        self.tensors: list = []  # readable tensors, most recent first
+
+    # -- helpers ------------------------------------------------------------
+    def pick(self, options):
+        return self.draw(st.sampled_from(options))
+
+    def integer(self, lo: int, hi: int) -> int:
+        return self.draw(st.integers(lo, hi))
+
+    def flag(self) -> bool:
+        return self.draw(st.booleans())
+
+    # -- indices --------------------------------------------------------------
+    def raw_index(self, scope: list, n: int) -> Ix:
+        """An index expression for a dimension of size ``n``; may leave [0, n)."""
+        if not scope:
+            return ix_const(self.integer(0, n - 1))
+        kind = self.pick(["var", "affine", "const", "flip", "window", "upsample", "tile",
+                          "strided_div"])
+        v = ix_var(self.pick(scope))
+        if kind == "var":
+            return v
+        if kind == "affine":
+            return ix_affine(v, self.integer(1, 3), self.integer(-2, 2))
+        if kind == "const":
+            return ix_const(self.integer(0, n - 1))
+        if kind == "flip":
+            return ix_rsub(n - 1, v)
+        if kind == "window":
+            w = ix_var(self.pick(scope))
+            if w.vars == v.vars:
+                return ix_affine(v, 1, self.integer(-2, 2))
+            stride = self.integer(1, 2)
+            return ix_add(ix_affine(v, stride, 0), w, self.pick([1, -1]), self.integer(-2, 2))
+        if kind == "upsample":
+            return ix_floordiv(ix_affine(v, 1, self.integer(0, 2)), self.integer(2, 3))
+        if kind == "tile":
+            return ix_mod(ix_affine(v, 1, self.integer(0, 3)), self.integer(1, n))
+        return ix_floordiv(ix_affine(v, self.integer(1, 3), self.integer(-2, 2)), self.integer(2, 3))
+
+    def index(self, scope: list, n: int, guards: list) -> Ix:
+        """An index that is valid for size ``n``, possibly adding to ``guards``."""
+        x = self.raw_index(scope, n)
+        if self.integer(0, 7) == 0:  # an occasional clamp even when not needed
+            x = ix_clamp(x, n)
+        vals = x.values()
+        if min(vals) < 0 or max(vals) >= n:
+            fix = self.pick(["guard", "clamp", "wrap"])
+            if fix == "guard" and any(0 <= val < n for val in vals):
+                guards.append(cond_in_bounds(x, n))
+            elif fix == "wrap":
+                x = ix_mod(x, n)
+            else:
+                x = ix_clamp(x, n)
+        self.used_vars.update(x.vars)
+        return x
+
+    # -- values -----------------------------------------------------------------
+    def read(self, scope: list, tensor=None, where_guards: list | None = None):
+        """A read of a tensor; out-of-range indices are guarded with if_then_else, or
+        with the caller's reduction ``where`` when ``where_guards`` is a list."""
+        t = tensor if tensor is not None else self.pick(self.tensors)
+        self.read_tensors.add(t)
+        guards: list[Cond] = []
+        idx = tuple(self.index(scope, n, guards).expr for n in t.shape)
+        value = t[idx]
+        if guards:
+            if where_guards is not None:
+                where_guards.extend(guards)
+            else:
+                value = tg.if_then_else(cond_all(guards).expr, value, self.pick(PAD_VALUES))
+        return value
+
+    def leaf(self, scope: list):
+        if self.integer(0, 9) == 0:
+            return tg.const(self.pick(CONSTANTS), "float64")
+        return self.read(scope)
+
+    def value(self, scope: list, depth: int):
+        self.budget -= 1
+        if depth <= 0 or self.budget <= 0:
+            return self.leaf(scope)
+        kind = self.pick(["read", "unary", "binary", "reduce", "window", "select"])
+        if kind == "read":
+            return self.leaf(scope)
+        if kind == "unary":
+            op = self.pick(["tanh", "sigmoid", "sin", "exp_tanh", "rational", "neg"])
+            a = self.value(scope, depth - 1)
+            if op == "exp_tanh":
+                return tg.exp(tg.tanh(a))
+            if op == "rational":
+                return a / (1.0 + a * a)
+            if op == "neg":
+                return -a
+            return getattr(tg, op)(a)
+        if kind == "binary":
+            op = self.pick(["add", "mul", "sub", "div", "maximum", "minimum"])
+            a = self.value(scope, depth - 1)
+            b = self.value(scope, depth - 1)
+            if op == "add":
+                return a + b
+            if op == "mul":
+                return a * b
+            if op == "sub":
+                return a - b
+            if op == "div":
+                return a / (1.0 + b * b)
+            return getattr(tg, op)(a, b)
+        if kind == "reduce":
+            return self.reduction(scope, depth)
+        if kind == "window":
+            return self.window(scope, depth)
+        cond = self.index_condition(scope)
+        a = self.value(scope, depth - 1)
+        b = self.value(scope, depth - 1)
+        return a if cond is None else tg.if_then_else(cond.expr, a, b)
+
+    def reduce_axis(self):
+        extent = self.integer(1, MAX_DIM)
+        if self.flag():
+            return tg.reduce_axis(extent)
+        start = self.integer(0, 2)
+        return tg.reduce_axis((start, start + extent))
+
+    def combiner(self, k, outer: list, where: Cond | None) -> str:
+        op = self.pick(["sum", "max", "min", "prod"])
+        if op in ("max", "min") and where is not None:
+            # an empty max/min is -inf/+inf: only keep it where every row is non-empty
+            others = [v for v in where.vars if v is not k]
+            for env in _envs(others):
+                if not any(where.fn({**env, k: kv}) for kv in _dom(k)):
+                    return "sum"
+        return op
+
+    def reduction(self, scope: list, depth: int):
+        k = self.reduce_axis()
+        where = self.where_condition(k, scope) if self.flag() else None
+        inner = [*scope, k]
+        src = self.value(inner, depth - 1)
+        if k not in self.used_vars:  # make the reduction range over something
+            src = src + self.read(inner, self.pick(self.tensors))
+            if k not in self.used_vars:
+                src = src * tg.cast(k, "float64")
+        op = self.combiner(k, scope, where)
+        return getattr(tg, op)(src, axis=k, where=None if where is None else where.expr)
+
+    def window(self, scope: list, depth: int):
+        """A reduction whose read is guarded by the reduction's ``where`` (padding)."""
+        k = self.reduce_axis()
+        inner = [*scope, k]
+        guards: list[Cond] = []
+        src = self.read(inner, where_guards=guards)
+        if k not in self.used_vars:
+            src = src + self.read(inner)
+        shape = self.pick(["plain", "tanh", "times", "minus"])
+        if shape == "tanh":
+            src = tg.tanh(src)
+        elif shape == "times":
+            src = src * self.value(inner, depth - 1)
+        elif shape == "minus":
+            src = src - self.value(inner, depth - 1)
+        where = cond_all(guards) if guards else None
+        if where is not None and self.flag():
+            extra = self.where_condition(k, scope)
+            where = cond_all([where, extra])
+        op = self.combiner(k, scope, where)
+        return getattr(tg, op)(src, axis=k, where=None if where is None else where.expr)
+
+    def where_condition(self, k, scope: list) -> Cond:
+        kind = self.pick(["le", "even", "ne", "sum_lt", "range"])
+        lo, hi = k.dom
+        if scope and kind in ("le", "ne", "sum_lt"):
+            v = self.pick(scope)
+            if kind == "le":
+                return Cond(k <= v + lo, lambda env: env[k] <= env[v] + lo, (k, v))
+            if kind == "ne":
+                return Cond(tg.not_equal(k, v), lambda env: env[k] != env[v], (k, v))
+            c = self.integer(1, 2 * MAX_DIM)
+            return Cond(k + v < c, lambda env: env[k] + env[v] < c, (k, v))
+        if kind == "even":
+            return Cond(tg.equal(k % 2, 0), lambda env: env[k] % 2 == 0, (k,))
+        c = self.integer(lo, hi)
+        return Cond(tg.any(k < c, k > c + 1), lambda env: env[k] < c or env[k] > c + 1, (k,))
+
+    def index_condition(self, scope: list) -> Cond | None:
+        if not scope:
+            return None
+        v = self.pick(scope)
+        kind = self.pick(["lt", "even", "le2"])
+        if kind == "lt":
+            c = self.integer(*v.dom)
+            return Cond(v < c, lambda env: env[v] < c, (v,))
+        if kind == "even":
+            return Cond(tg.equal(v % 2, 0), lambda env: env[v] % 2 == 0, (v,))
+        w = self.pick(scope)
+        return Cond(v <= w, lambda env: env[v] <= env[w], (v, w))
+
+
+@st.composite
+def shapes(draw, min_ndim: int = 1, max_ndim: int = 3):
+    ndim = draw(st.integers(min_ndim, max_ndim))
+    dims: list[int] = []
+    size = 1
+    for _ in range(ndim):
+        n = draw(st.integers(1, max(1, min(MAX_DIM, MAX_TENSOR_SIZE // size))))
+        dims.append(n)
+        size *= n
+    return tuple(dims)
+
+
+@st.composite
+def programs(draw, max_inputs: int = 3, max_computes: int = 3, max_depth: int = 3):
+    """A random well-formed program; ``.inputs`` are the placeholders, ``.output`` the
+    last compute, ``.computes`` all of them in order."""
+    n_inputs = draw(st.integers(1, max_inputs))
+    inputs = [
+        tg.placeholder(draw(shapes()), "float64", name="XYZ"[k]) for k in range(n_inputs)
+    ]
+    program = Program(inputs)
+    n_computes = draw(st.integers(1, max_computes))
+    for c in range(n_computes):
+        gen = _Gen(draw, budget=draw(st.integers(2, 12)))
+        gen.tensors = list(reversed(inputs + program.computes))
+        prev = program.computes[-1] if program.computes else None
+        depth = draw(st.integers(1, max_depth))
+        shape = draw(shapes(min_ndim=0))
+
+        def body(*axes, gen=gen, depth=depth, prev=prev):
+            scope = list(axes)
+            value = gen.value(scope, depth)
+            # chain: every compute reads the one before it (the first, some input)
+            if prev is not None and prev not in gen.read_tensors:
+                value = value + gen.read(scope, prev)
+            elif prev is None and not gen.read_tensors:
+                value = value * gen.read(scope)
+            return value
+
+        program.computes.append(tg.compute(shape, _named(body, len(shape)), name=f"T{c}"))
+    return program
+
+
+def _named(body, ndim: int):
+    """Wrap ``body`` in a lambda whose argument names tg.compute uses for the axes."""
+    return [
+        lambda: body(),
+        lambda i: body(i),
+        lambda i, j: body(i, j),
+        lambda i, j, k: body(i, j, k),
+    ][ndim]
+
+
+def random_inputs(program: Program, rng: np.random.Generator) -> list[np.ndarray]:
+    return [rng.standard_normal(p.shape) for p in program.inputs]
