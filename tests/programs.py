@@ -268,6 +268,14 @@ class _Gen:
         b = self.value(scope, depth - 1)
         return a if cond is None else tg.if_then_else(cond.expr, a, b)
 
+    def uses(self, k, src, inner: list):
+        """Make ``src`` depend on the reduce axis ``k`` (else the reduction is trivial)."""
+        if k not in self.used_vars:
+            src = src + self.read(inner)
+            if k not in self.used_vars:
+                src = src * (1.0 + 0.25 * tg.cast(k, "float64"))
+        return src
+
     def reduce_axis(self):
         extent = self.integer(1, MAX_DIM)
         if self.flag():
@@ -289,11 +297,7 @@ class _Gen:
         k = self.reduce_axis()
         where = self.where_condition(k, scope) if self.flag() else None
         inner = [*scope, k]
-        src = self.value(inner, depth - 1)
-        if k not in self.used_vars:  # make the reduction range over something
-            src = src + self.read(inner, self.pick(self.tensors))
-            if k not in self.used_vars:
-                src = src * tg.cast(k, "float64")
+        src = self.uses(k, self.value(inner, depth - 1), inner)
         op = self.combiner(k, scope, where)
         return getattr(tg, op)(src, axis=k, where=None if where is None else where.expr)
 
@@ -302,9 +306,7 @@ class _Gen:
         k = self.reduce_axis()
         inner = [*scope, k]
         guards: list[Cond] = []
-        src = self.read(inner, where_guards=guards)
-        if k not in self.used_vars:
-            src = src + self.read(inner)
+        src = self.uses(k, self.read(inner, where_guards=guards), inner)
         shape = self.pick(["plain", "tanh", "times", "minus"])
         if shape == "tanh":
             src = tg.tanh(src)

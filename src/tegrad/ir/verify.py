@@ -70,8 +70,11 @@ class _Checker:
                     raise IRError(f"{self.t.name}: reduce axis {a.name} has no domain")
             inner = bound | frozenset(e.axes)
             if e.where is not None:
-                self.go(e.where, inner, conds)
-                conds = conds + tuple(split_conjunction(e.where))
+                # a conjunct only matters where the others hold, so it may assume them
+                parts = split_conjunction(e.where)
+                for k, part in enumerate(parts):
+                    self.go(part, inner, conds + tuple(parts[:k] + parts[k + 1:]))
+                conds = conds + tuple(parts)
             self.go(e.source, inner, conds)
             return
         if isinstance(e, Select):

@@ -2,9 +2,9 @@
 
 Integer index arithmetic is kept in a canonical affine form ``c0 + sum a_k atom_k``
 (``ir/affine.py``), on which:
-    (S*A + B) // S  =  A + B // S        with B's coefficients reduced mod S
-    (S*A + B) %  S  =  B % S
-    B // S = m, B % S = B - m*S         when B provably lies in [m*S, m*S + S)
+    (S*A + B) // S  =  A + m,  (S*A + B) % S = B - m*S
+                                        when B (the coefficients reduced mod S)
+                                        provably lies in [m*S, m*S + S)
     (e // a) // b   =  e // (a*b)        for positive constants
     E - S*(E // S)  =  E % S             (recognised inside any affine form)
 Comparisons between integer expressions fold to true/false when interval arithmetic
@@ -310,13 +310,7 @@ def fold_divmod(op: str, a: Expr, s: int, dtype: str) -> Expr | None:
         if op == "floordiv":
             return build(high, kq + m, dtype)
         return build(low, kr - m * s, dtype)
-    if not high and kq == 0 and low == coeffs and kr == k:
-        return None  # already reduced
-    if op == "floormod":
-        return Binary("floormod", build(low, kr, dtype), const(s, dtype), dtype)
-    inner = Binary("floordiv", build(low, kr, dtype), const(s, dtype), dtype)
-    high[inner] = high.get(inner, 0) + 1
-    return build(high, kq, dtype)
+    return None  # only rewrite when the low part is resolved: keeps E // S whole otherwise
 
 
 def depends_on(e: Expr, variables) -> bool:

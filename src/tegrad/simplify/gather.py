@@ -132,23 +132,27 @@ class SumProblem:
         return True
 
     def step(self) -> bool:
+        """One elimination. Equations through ``//``/``%`` are opened first, then the
+        equations with the fewest reduce variables are solved first."""
         axes = set(self.axes)
-        for idx, c in enumerate(self.conds):
+        candidates = []
+        for c in self.conds:
             if not (isinstance(c, Binary) and c.op == "eq" and c.a.dtype.startswith("int")):
                 continue
             coeffs, k = linearize(binary("sub", c.a, c.b))
             red = {a: v for a, v in coeffs.items() if a in axes}
-            if not red:
-                continue
             blockers = [a for a in coeffs if a not in axes and free_vars(a) & axes]
-            if blockers:
-                for b in blockers:
-                    if isinstance(b, Binary) and b.op in ("floordiv", "floormod") \
-                            and isinstance(b.b, Const) and _affine_in_vars(b.a) \
-                            and self.introduce_divmod(b):
-                        return True
-                continue
+            candidates.append((c, coeffs, k, red, blockers))
+        for c, _, _, _, blockers in candidates:
+            for b in blockers:
+                if isinstance(b, Binary) and b.op in ("floordiv", "floormod") \
+                        and isinstance(b.b, Const) and _affine_in_vars(b.a) \
+                        and self.introduce_divmod(b):
+                    return True
+        solvable = [x for x in candidates if x[3] and not x[4]]
+        for c, coeffs, k, red, _ in sorted(solvable, key=lambda x: len(x[3])):
             rest = {a: v for a, v in coeffs.items() if a not in axes}
+            idx = self.conds.index(c)
             del self.conds[idx]
             if self.solve_radix(red, rest, k) or self.solve_unit(red, rest, k) \
                     or self.solve_gcd(red, rest, k):
@@ -217,6 +221,10 @@ class SumProblem:
     # -- step 5: range tightening --------------------------------------------------------
     def tighten(self) -> None:
         for v in list(self.axes):
+            if v.extent == 1:
+                self.axes.remove(v)
+                self.substitute({v: const(v.lo, v.dtype)})
+                continue
             lows, highs = [(const(v.lo), 1)], [(const(v.hi), 1)]
             for c in self.conds:
                 bound = _linear_bound(c, v, set(self.axes))

@@ -1,0 +1,23 @@
+"""Shared pytest setup: Hypothesis profiles.
+
+Profiles (pick with the environment variable HYPOTHESIS_PROFILE):
+  default / ci  150 examples per property, no deadline (kernels compile on first use)
+  long          10000 examples per property (``make fuzz``)
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+settings.register_profile("default", max_examples=150, **_COMMON)
+settings.register_profile("ci", max_examples=150, **_COMMON)
+settings.register_profile("long", max_examples=10_000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
