@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup test bench lint fuzz clean
+.PHONY: setup run test bench lint fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -11,6 +11,9 @@ $(BIN)/activate:
 	$(BIN)/pip install -q -e ".[test]"
 
 setup: $(BIN)/activate
+
+run: setup
+	$(BIN)/python examples/tour.py
 
 test: setup
 	$(BIN)/ruff check src tests benchmarks

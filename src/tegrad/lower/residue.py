@@ -67,15 +67,15 @@ def split_axes(out_axes: Sequence[Var], red_axes: Sequence[Var],
     aligned = {v for v, n in need.items() if v.extent % n == 0 and v.lo % n == 0}
     for _ in range(len(need) + 1):
         modes = {v: ("aligned" if v in aligned and v not in residue else "residue") for v in need}
-        pieces = _pieces(out_axes, red_axes, exprs, need, modes)
-        if pieces is None:
+        made = _pieces(out_axes, red_axes, exprs, need, modes)
+        if made is None:
             return None
+        pieces, origin = made
         stuck = set()
         for p in pieces:
             stuck |= _unsplit_vars(p.exprs)
         if not stuck:
             return pieces
-        origin = {w: v for v in need for w in _made_from(pieces, v)}
         culprits = {origin[w] for w in stuck if w in origin} - residue
         culprits &= {v for v in need if modes[v] == "aligned"}
         if not culprits:
@@ -116,9 +116,11 @@ def _identity(out_axes, red_axes, exprs) -> Split:
     return Split(index, tuple(out_axes), tuple(red_axes), tuple(normalize(e) for e in exprs), "none")
 
 
-def _pieces(out_axes, red_axes, exprs, need, modes) -> list[Split] | None:
+def _pieces(out_axes, red_axes, exprs, need, modes):
+    """(pieces, {new variable: the variable it splits}) or None if too many pieces."""
     # per variable: a list of options (replacement expr, new vars, out-index form)
     options: dict[Var, list[tuple[Expr, tuple[Var, ...], Form]]] = {}
+    origin: dict[Var, Var] = {}
     count = 1
     for v, n in need.items():
         if modes[v] == "aligned":
@@ -137,6 +139,7 @@ def _pieces(out_axes, red_axes, exprs, need, modes) -> list[Split] | None:
                 form = ({q: n}, a)
                 opts.append((build(*form, v.dtype), (q,), form))
             options[v] = opts
+        origin.update({w: v for opt in options[v] for w in opt[1]})
         count *= max(len(options[v]), 1)
     if count > MAX_PIECES:
         return None
@@ -157,7 +160,7 @@ def _pieces(out_axes, red_axes, exprs, need, modes) -> list[Split] | None:
             red_vars.extend(made[v][1] if v in made else (v,))
         new = tuple(normalize(substitute(e, mapping)) for e in exprs)
         out.append(Split(tuple(out_index), tuple(out_vars), tuple(red_vars), new, kind))
-    return out
+    return out, origin
 
 
 def _product(lists):
@@ -167,11 +170,6 @@ def _product(lists):
     for head in lists[0]:
         for rest in _product(lists[1:]):
             yield (head, *rest)
-
-
-def _made_from(pieces: list[Split], v: Var) -> set[Var]:
-    prefix = (f"{v.name}.",)
-    return {w for p in pieces for w in (*p.out_vars, *p.red_vars) if w.name.startswith(prefix)}
 
 
 def _unsplit_vars(exprs) -> set[Var]:
