@@ -1,0 +1,179 @@
+"""Differentiation semantics: heads with a prefix, DAGs, higher order, errors, gather form."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tegrad as tg
+from tegrad.ir.expr import Reduce
+from tegrad.ir.traverse import walk
+from tegrad.ir.verify import split_conjunction
+
+RNG = np.random.default_rng(7)
+
+
+def mlp():
+    """loss = sum((tanh(X W1) W2 - Y)^2) / N, a 2-layer MLP in float64."""
+    n, d, h, o = 5, 4, 6, 3
+    x = tg.placeholder((n, d), "float64", name="X")
+    y = tg.placeholder((n, o), "float64", name="Y")
+    w1 = tg.placeholder((d, h), "float64", name="W1")
+    w2 = tg.placeholder((h, o), "float64", name="W2")
+    k1, k2 = tg.reduce_axis(d, "k1"), tg.reduce_axis(h, "k2")
+    hid = tg.compute((n, h), lambda i, j: tg.tanh(tg.sum(x[i, k1] * w1[k1, j], k1)), name="Hid")
+    out = tg.compute((n, o), lambda i, j: tg.sum(hid[i, k2] * w2[k2, j], k2), name="Out")
+    a, b = tg.reduce_axis(n, "a"), tg.reduce_axis(o, "b")
+    loss = tg.compute((), lambda: tg.sum((out[a, b] - y[a, b]) ** 2, [a, b]) / n, name="Loss")
+    return x, y, w1, w2, loss
+
+
+def torch_mlp_loss(x, y, w1, w2):
+    return ((torch.tanh(x @ w1) @ w2 - y) ** 2).sum() / x.shape[0]
+
+
+def test_hessian_vector_product_of_mlp_loss():
+    x, y, w1, w2, loss = mlp()
+    g1, g2 = tg.gradient(loss, [w1, w2])
+    v1 = tg.placeholder(w1.shape, "float64", name="V1")
+    v2 = tg.placeholder(w2.shape, "float64", name="V2")
+    d, h = w1.shape
+    h_, o = w2.shape
+    p, q, r, s = (tg.reduce_axis(n, nm) for n, nm in ((d, "p"), (h, "q"), (h_, "r"), (o, "s")))
+    gv = tg.compute((), lambda: tg.sum(g1[p, q] * v1[p, q], [p, q]) + tg.sum(g2[r, s] * v2[r, s], [r, s]),
+                    name="GV")
+    hv1, hv2 = tg.gradient(gv, [w1, w2])
+    arrays = [RNG.standard_normal(t.shape) for t in (x, y, w1, w2, v1, v2)]
+    ours = tg.build([x, y, w1, w2, v1, v2], [hv1, hv2])(*arrays)
+    xt, yt, w1t, w2t, v1t, v2t = (torch.tensor(a) for a in arrays)
+    _, hvp = torch.autograd.functional.hvp(
+        lambda a, b: torch_mlp_loss(xt, yt, a, b), (w1t, w2t), (v1t, v2t))
+    for mine, ref in zip(ours, hvp, strict=True):
+        np.testing.assert_allclose(mine, ref.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def test_third_order_scalar():
+    x = tg.placeholder((3,), "float64", name="x")
+    y = tg.compute((3,), lambda i: x[i] ** 3 + x[i] ** 2 + x[i] + 5.0)
+    g = x
+    grads = []
+    cur = y
+    for _ in range(3):
+        (cur,) = tg.gradient(cur, [g], head=tg.compute((3,), lambda i: tg.const(1.0, "float64")))
+        grads.append(cur)
+    xv = np.array([3.0, 0.0, -1.0])
+    d1, d2, d3 = tg.build([x], grads)(xv)
+    np.testing.assert_allclose(d1, 3 * xv**2 + 2 * xv + 1)
+    np.testing.assert_allclose(d2, 6 * xv + 2)
+    np.testing.assert_allclose(d3, [6.0, 6.0, 6.0])
+
+
+def test_head_with_prefix_gives_batched_vjps():
+    a = tg.placeholder((3, 4), "float64", name="A")
+    b = tg.placeholder((4, 2), "float64", name="B")
+    k = tg.reduce_axis(4, "k")
+    c = tg.compute((3, 2), lambda i, j: tg.sum(a[i, k] * b[k, j], k), name="C")
+    heads = tg.placeholder((5, 3, 2), "float64", name="Heads")
+    (da,) = tg.gradient(c, [a], head=heads)
+    assert da.shape == (5, 3, 4)
+    av, bv, hv = (RNG.standard_normal(t.shape) for t in (a, b, heads))
+    np.testing.assert_allclose(tg.build([b, heads], da)(bv, hv), hv @ bv.T, rtol=1e-12)
+
+
+def test_jacobian_with_identity_head():
+    x = tg.placeholder((3,), "float64", name="X")
+    y = tg.compute((2, 3), lambda i, j: tg.exp(x[j]) * (i + 1))
+    (jac,) = tg.gradient(y, [x])
+    assert jac.shape == (2, 3, 3)
+    xv = RNG.standard_normal(3)
+    ref = torch.autograd.functional.jacobian(
+        lambda t: torch.exp(t)[None, :] * torch.tensor([[1.0], [2.0]], dtype=torch.float64),
+        torch.tensor(xv))
+    np.testing.assert_allclose(tg.build([x], jac)(xv), ref.numpy(), rtol=1e-12)
+
+
+def test_tensor_read_several_times_accumulates():
+    x = tg.placeholder((4,), "float64", name="X")
+    u = tg.compute((4,), lambda i: x[i] * x[i], name="U")
+    v = tg.compute((4,), lambda i: u[i] + tg.sin(x[i]) + u[3 - i], name="V")
+    head = tg.placeholder((4,), "float64", name="H")
+    (dx,) = tg.gradient(v, [x], head)
+    xv, hv = RNG.standard_normal(4), RNG.standard_normal(4)
+    xt = torch.tensor(xv, requires_grad=True)
+    ut = xt * xt
+    (ref,) = torch.autograd.grad(ut + torch.sin(xt) + ut.flip(0), xt, torch.tensor(hv))
+    np.testing.assert_allclose(tg.build([x, head], dx)(xv, hv), ref.numpy(), rtol=1e-12)
+
+
+def test_gradient_with_respect_to_integer_raises():
+    w = tg.placeholder((4,), "float64", name="W")
+    idx = tg.placeholder((3,), "int32", name="Idx")
+    e = tg.compute((3,), lambda i: w[idx[i]], name="E")
+    with pytest.raises(tg.NotDifferentiableError, match="Idx"):
+        tg.gradient(e, [idx])
+
+
+def test_unconnected_input_gets_zero():
+    x = tg.placeholder((3,), "float64", name="X")
+    z = tg.placeholder((2,), "float64", name="Z")
+    y = tg.compute((3,), lambda i: x[i] * 2.0)
+    (dz,) = tg.gradient(y, [z], head=tg.placeholder((3,), "float64", name="H"))
+    assert dz.shape == (2,)
+    np.testing.assert_array_equal(tg.evaluate(dz, {}), np.zeros(2))
+
+
+def test_jvp_matches_torch():
+    x, y, w1, w2, loss = mlp()
+    t1 = tg.placeholder(w1.shape, "float64", name="T1")
+    t2 = tg.placeholder(w2.shape, "float64", name="T2")
+    tangent = tg.jvp(loss, [w1, w2], [t1, t2])
+    arrays = [RNG.standard_normal(t.shape) for t in (x, y, w1, w2, t1, t2)]
+    ours = tg.build([x, y, w1, w2, t1, t2], tangent)(*arrays)
+    xt, yt, w1t, w2t, t1t, t2t = (torch.tensor(a) for a in arrays)
+    _, ref = torch.func.jvp(lambda a, b: torch_mlp_loss(xt, yt, a, b), (w1t, w2t), (t1t, t2t))
+    np.testing.assert_allclose(ours, ref.numpy(), rtol=1e-10)
+
+
+def test_max_ties_share_the_gradient():
+    x = tg.placeholder((4,), "float64", name="X")
+    k = tg.reduce_axis(4, "k")
+    m = tg.compute((), lambda: tg.max(x[k], k))
+    (g,) = tg.gradient(m, [x])
+    np.testing.assert_allclose(tg.build([x], g)(np.array([1.0, 3.0, 3.0, 0.0])), [0, 0.5, 0.5, 0])
+    b = tg.compute((2,), lambda i: tg.maximum(x[i], x[i + 2]))
+    (gb,) = tg.gradient(b, [x], head=tg.compute((2,), lambda i: tg.const(1.0, "float64")))
+    np.testing.assert_allclose(tg.build([x], gb)(np.array([1.0, 2.0, 1.0, 0.0])), [0.5, 1, 0.5, 0])
+
+
+def has_equation(t) -> bool:
+    for node in walk(t.body):
+        if isinstance(node, Reduce) and node.where is not None:
+            for c in split_conjunction(node.where):
+                if getattr(c, "op", None) == "eq" and c.a.dtype.startswith("int"):
+                    return True
+    return False
+
+
+def test_conv_gradients_are_gathers():
+    x = tg.placeholder((2, 4, 9, 9), "float64", name="X")
+    w = tg.placeholder((6, 2, 3, 3), "float64", name="W")
+    c, r, s = tg.reduce_axis(2, "c"), tg.reduce_axis(3, "r"), tg.reduce_axis(3, "s")
+
+    def body(n, k, h, q):  # stride 2, padding 1, dilation 2, groups 2
+        y, z = 2 * h + 2 * r - 1, 2 * q + 2 * s - 1
+        g = k // 3
+        inside = tg.all(0 <= y, y < 9, 0 <= z, z < 9)
+        return tg.sum(tg.if_then_else(inside, x[n, g * 2 + c, y, z], 0.0) * w[k, c, r, s], [c, r, s])
+
+    out = tg.compute((2, 6, 4, 4), body, name="Y")
+    head = tg.placeholder(out.shape, "float64", name="dY")
+    dx, dw = tg.gradient(out, [x, w], head)
+    assert not has_equation(dx) and not has_equation(dw)
+    xv, wv, hv = (RNG.standard_normal(t.shape) for t in (x, w, head))
+    gx, gw = tg.build([x, w, head], [dx, dw])(xv, wv, hv)
+    xt, wt = torch.tensor(xv, requires_grad=True), torch.tensor(wv, requires_grad=True)
+    yt = torch.nn.functional.conv2d(xt, wt, stride=2, padding=1, dilation=2, groups=2)
+    yt.backward(torch.tensor(hv))
+    np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-10, atol=1e-12)
