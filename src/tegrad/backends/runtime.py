@@ -19,9 +19,12 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     ins = list(inputs)
     _check_signature(ins, outs)
     target = target or "numpy"
-    if target == "cuda":
-        raise RuntimeError("target 'cuda' is not available on this machine")
-    if target not in TARGETS and target != "cpu":
+    if target in ("cpu", "cuda"):
+        raise ValueError(
+            f"target {target!r} is not available in this build of tegrad; "
+            f"available: {', '.join(TARGETS)} (or None for the fastest available)"
+        )
+    if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
     from ..lower.plan import plan
     from .numpy_backend import NumpyProgram
