@@ -41,14 +41,18 @@ def test_hessian_vector_product_of_mlp_loss():
     d, h = w1.shape
     h_, o = w2.shape
     p, q, r, s = (tg.reduce_axis(n, nm) for n, nm in ((d, "p"), (h, "q"), (h_, "r"), (o, "s")))
-    gv = tg.compute((), lambda: tg.sum(g1[p, q] * v1[p, q], [p, q]) + tg.sum(g2[r, s] * v2[r, s], [r, s]),
-                    name="GV")
+    gv = tg.compute(
+        (),
+        lambda: tg.sum(g1[p, q] * v1[p, q], [p, q]) + tg.sum(g2[r, s] * v2[r, s], [r, s]),
+        name="GV",
+    )
     hv1, hv2 = tg.gradient(gv, [w1, w2])
     arrays = [RNG.standard_normal(t.shape) for t in (x, y, w1, w2, v1, v2)]
     ours = tg.build([x, y, w1, w2, v1, v2], [hv1, hv2])(*arrays)
     xt, yt, w1t, w2t, v1t, v2t = (torch.tensor(a) for a in arrays)
     _, hvp = torch.autograd.functional.hvp(
-        lambda a, b: torch_mlp_loss(xt, yt, a, b), (w1t, w2t), (v1t, v2t))
+        lambda a, b: torch_mlp_loss(xt, yt, a, b), (w1t, w2t), (v1t, v2t)
+    )
     for mine, ref in zip(ours, hvp, strict=True):
         np.testing.assert_allclose(mine, ref.numpy(), rtol=1e-9, atol=1e-12)
 
@@ -89,7 +93,8 @@ def test_jacobian_with_identity_head():
     xv = RNG.standard_normal(3)
     ref = torch.autograd.functional.jacobian(
         lambda t: torch.exp(t)[None, :] * torch.tensor([[1.0], [2.0]], dtype=torch.float64),
-        torch.tensor(xv))
+        torch.tensor(xv),
+    )
     np.testing.assert_allclose(tg.build([x], jac)(xv), ref.numpy(), rtol=1e-12)
 
 
@@ -164,7 +169,9 @@ def test_conv_gradients_are_gathers():
         y, z = 2 * h + 2 * r - 1, 2 * q + 2 * s - 1
         g = k // 3
         inside = tg.all(0 <= y, y < 9, 0 <= z, z < 9)
-        return tg.sum(tg.if_then_else(inside, x[n, g * 2 + c, y, z], 0.0) * w[k, c, r, s], [c, r, s])
+        return tg.sum(
+            tg.if_then_else(inside, x[n, g * 2 + c, y, z], 0.0) * w[k, c, r, s], [c, r, s]
+        )
 
     out = tg.compute((2, 6, 4, 4), body, name="Y")
     head = tg.placeholder(out.shape, "float64", name="dY")

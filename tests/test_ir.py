@@ -75,7 +75,9 @@ def test_reduce_axis_outside_reduction_error():
 def test_nested_reduction_over_same_axis_error():
     x = tg.placeholder((4, 4), name="X")
     k = tg.reduce_axis(4, "k")
-    msg = _compute_error(lambda: tg.compute((1,), lambda i: tg.sum(tg.sum(x[k, k], k), k), name="Bad"))
+    msg = _compute_error(
+        lambda: tg.compute((1,), lambda i: tg.sum(tg.sum(x[k, k], k), k), name="Bad")
+    )
     assert "nested" in msg
 
 
@@ -118,8 +120,10 @@ def test_where_guard_counts_for_bounds():
 def test_large_domain_guard_by_matching():
     x = tg.placeholder((3000,), "float64", name="X")
     k = tg.reduce_axis(3000, "k")
-    y = tg.compute((3000,), lambda i: tg.sum(
-        tg.if_then_else(tg.all(0 <= i - k, i - k < 3000), x[i - k], 0.0), k))
+    y = tg.compute(
+        (3000,),
+        lambda i: tg.sum(tg.if_then_else(tg.all(0 <= i - k, i - k < 3000), x[i - k], 0.0), k),
+    )
     assert y.shape == (3000,)
 
 

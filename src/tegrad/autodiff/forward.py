@@ -58,7 +58,11 @@ def tangent_of_expr(e: Expr, leaf: Callable[[Expr], Expr | None]) -> Expr:
                 p = partial(x, k)
                 if p is None:
                     continue
-                term = cast(d, x.dtype) * p if not (isinstance(p, Const) and p.value == 1) else cast(d, x.dtype)
+                term = (
+                    cast(d, x.dtype) * p
+                    if not (isinstance(p, Const) and p.value == 1)
+                    else cast(d, x.dtype)
+                )
                 total = term if total is None else total + term
             return total
         raise NotImplementedError(f"no tangent rule for {type(x).__name__}")

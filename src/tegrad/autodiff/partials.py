@@ -17,15 +17,28 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, binary, const, unary
 from ..ir import dtype as dt
+from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, binary, const, unary
 
 Rule = Callable[[Expr, int], Expr | None]
 RULES: dict[str, Rule] = {}
 
 # Ops with derivative zero everywhere they are defined (piecewise constant or boolean).
-PIECEWISE_CONSTANT = ("floor", "ceil", "round", "sign", "not", "lt", "le", "eq", "ne",
-                      "and", "or", "floordiv", "floormod")
+PIECEWISE_CONSTANT = (
+    "floor",
+    "ceil",
+    "round",
+    "sign",
+    "not",
+    "lt",
+    "le",
+    "eq",
+    "ne",
+    "and",
+    "or",
+    "floordiv",
+    "floormod",
+)
 
 
 def rule(*ops: str):

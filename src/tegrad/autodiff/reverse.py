@@ -31,7 +31,19 @@ from dataclasses import dataclass
 from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
 from ..ir.expr import (
-    SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, binary, cast, const,
+    SUM,
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    binary,
+    cast,
+    const,
 )
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import children, substitute, tensors_read, topo_tensors
@@ -189,7 +201,9 @@ def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentia
                 p = reduce_partial(node)
                 if p is None:
                     continue
-                inner = conds + (tuple(split_conjunction(node.where)) if node.where is not None else ())
+                inner = conds + (
+                    tuple(split_conjunction(node.where)) if node.where is not None else ()
+                )
                 run_scope(node.source, mul(a, p), scope + node.axes, inner)
             elif isinstance(node, Select):
                 z = zero(node.dtype)
@@ -212,8 +226,14 @@ def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentia
     return terms
 
 
-def scatter_terms(t: Compute, t_bar: Tensor, x: Tensor, terms: list[Term], prefix: tuple[Var, ...],
-                  j: tuple[Var, ...]) -> Expr | None:
+def scatter_terms(
+    t: Compute,
+    t_bar: Tensor,
+    x: Tensor,
+    terms: list[Term],
+    prefix: tuple[Var, ...],
+    j: tuple[Var, ...],
+) -> Expr | None:
     """Sum over the reads of ``x`` in ``t`` of their scatter-form contributions to x_bar."""
     total = None
     for term in terms:
@@ -222,7 +242,10 @@ def scatter_terms(t: Compute, t_bar: Tensor, x: Tensor, terms: list[Term], prefi
         ren = fresh_copy(term.axes)
         head = Read(t_bar, tuple(prefix) + tuple(ren[a] for a in t.axes), t_bar.dtype)
         value = cast(mul(head, substitute(term.adjoint, ren)), x.dtype)
-        eqs = [binary("eq", substitute(idx, ren), jm) for idx, jm in zip(term.read.indices, j, strict=True)]
+        eqs = [
+            binary("eq", substitute(idx, ren), jm)
+            for idx, jm in zip(term.read.indices, j, strict=True)
+        ]
         where = conj([substitute(c, ren) for c in term.conds] + eqs)
         if ren:
             expr = Reduce(SUM, value, tuple(ren.values()), where, x.dtype)
@@ -232,8 +255,12 @@ def scatter_terms(t: Compute, t_bar: Tensor, x: Tensor, terms: list[Term], prefi
     return total
 
 
-def gradient(output: Tensor, inputs, head: Tensor | None = None,
-             finish: Callable[[Compute], Compute] = lambda t: t) -> list[Tensor]:
+def gradient(
+    output: Tensor,
+    inputs,
+    head: Tensor | None = None,
+    finish: Callable[[Compute], Compute] = lambda t: t,
+) -> list[Tensor]:
     """Reverse-mode derivatives of ``output`` (see ``tegrad.gradient``)."""
     inputs = list(inputs)
     for x in inputs:
@@ -250,7 +277,10 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None,
         )
     if head is None:
         head = identity_head(output)
-    if tuple(head.shape[len(head.shape) - output.ndim:]) != output.shape or head.ndim < output.ndim:
+    if (
+        tuple(head.shape[len(head.shape) - output.ndim :]) != output.shape
+        or head.ndim < output.ndim
+    ):
         raise ValueError(
             f"head {head.name} has shape {head.shape}; it must be prefix + {output.name}'s "
             f"shape {output.shape}"
@@ -279,8 +309,9 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None,
             body = parts[0]
             for extra in parts[1:]:
                 body = binary("add", body, extra)
-            adjoint[t] = finish(make_compute(prefix_shape + t.shape, p + jv, body,
-                                             f"{output.name}.grad.{t.name}"))
+            adjoint[t] = finish(
+                make_compute(prefix_shape + t.shape, p + jv, body, f"{output.name}.grad.{t.name}")
+            )
         if not isinstance(t, Compute):
             continue
         terms = backprop_body(t.body, t.axes, differentiable)
@@ -300,8 +331,14 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None,
             results.append(adjoint[x])
         else:
             shape = prefix_shape + x.shape
-            results.append(make_compute(shape, tuple(Var.fresh(f"i{k}", 0, s) for k, s in enumerate(shape)),
-                                        zero(x.dtype), f"{output.name}.grad.{x.name}"))
+            results.append(
+                make_compute(
+                    shape,
+                    tuple(Var.fresh(f"i{k}", 0, s) for k, s in enumerate(shape)),
+                    zero(x.dtype),
+                    f"{output.name}.grad.{x.name}",
+                )
+            )
     return results
 
 
@@ -323,7 +360,11 @@ def identity_head(output: Tensor) -> Compute:
     p = tuple(Var.fresh(f"p{k}", 0, s) for k, s in enumerate(output.shape))
     i = tuple(Var.fresh(f"i{k}", 0, s) for k, s in enumerate(output.shape))
     one, z = const(1, output.dtype), zero(output.dtype)
-    body = one if n == 0 else Select(conj(binary("eq", a, b) for a, b in zip(p, i, strict=True)),
-                                     one, z, output.dtype)
+    body = (
+        one
+        if n == 0
+        else Select(
+            conj(binary("eq", a, b) for a, b in zip(p, i, strict=True)), one, z, output.dtype
+        )
+    )
     return make_compute(output.shape * 2, p + i, body, f"{output.name}.identity")
-

@@ -47,16 +47,41 @@ def _erf(x):
 
 
 UNARY = {
-    "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh, "sigmoid": _sigmoid, "sin": np.sin,
-    "cos": np.cos, "erf": _erf, "neg": np.negative, "abs": np.abs, "sign": np.sign,
-    "floor": np.floor, "ceil": np.ceil, "round": np.round, "not": np.logical_not,
+    "exp": np.exp,
+    "log": np.log,
+    "log1p": np.log1p,
+    "expm1": np.expm1,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1 / np.sqrt(x),
+    "tanh": np.tanh,
+    "sigmoid": _sigmoid,
+    "sin": np.sin,
+    "cos": np.cos,
+    "erf": _erf,
+    "neg": np.negative,
+    "abs": np.abs,
+    "sign": np.sign,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round": np.round,
+    "not": np.logical_not,
 }
 BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "floordiv": np.floor_divide, "floormod": np.mod, "pow": np.power, "max": np.maximum,
-    "min": np.minimum, "lt": np.less, "le": np.less_equal, "eq": np.equal,
-    "ne": np.not_equal, "and": np.logical_and, "or": np.logical_or,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
+    "pow": np.power,
+    "max": np.maximum,
+    "min": np.minimum,
+    "lt": np.less,
+    "le": np.less_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
 }
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 
@@ -88,13 +113,13 @@ def _chunks(t: Compute) -> list[list[tuple[int, int]]]:
     regions: list[list[tuple[int, int]]] = [[]]
     per_point = inner
     for axis, size in enumerate(t.shape):
-        rest = math.prod(t.shape[axis + 1:]) * per_point
+        rest = math.prod(t.shape[axis + 1 :]) * per_point
         if rest * size <= GRID_LIMIT:
             return [r + full[axis:] for r in regions]
         step = max(1, GRID_LIMIT // max(rest, 1))
         regions = [r + [(lo, min(lo + step, size))] for r in regions for lo in range(0, size, step)]
         if step > 1 or axis == len(t.shape) - 1:
-            return [r + full[axis + 1:] for r in regions]
+            return [r + full[axis + 1 :] for r in regions]
     return regions
 
 
@@ -195,8 +220,11 @@ class Evaluator:
             inner_conds = conds + (tuple(split_conjunction(e.where)) if e.where is not None else ())
             src = self.go(e.source, inner, inner_conds)
             mask = None if e.where is None else self.go(e.where, inner, conds)
-            full = np.broadcast_shapes(src.shape, (1,) * depth + tuple(a.extent for a in e.axes),
-                                       () if mask is None else mask.shape)
+            full = np.broadcast_shapes(
+                src.shape,
+                (1,) * depth + tuple(a.extent for a in e.axes),
+                () if mask is None else mask.shape,
+            )
             src = np.broadcast_to(src, full)
             mask = None if mask is None else np.broadcast_to(mask, full)
             return self.fold(e, src, mask, depth)
@@ -237,8 +265,12 @@ class Evaluator:
             if flat.shape[-1] % 2:
                 pad = np.broadcast_to(identity, flat.shape[:-1] + (1,))
                 flat = np.concatenate([flat, pad], axis=-1)
-            sub = Evaluator(self.arrays, {comb.lhs: (flat[..., 0::2], 0), comb.rhs: (flat[..., 1::2], 0)},
-                            0, self.owner)
+            sub = Evaluator(
+                self.arrays,
+                {comb.lhs: (flat[..., 0::2], 0), comb.rhs: (flat[..., 1::2], 0)},
+                0,
+                self.owner,
+            )
             flat = np.asarray(sub.node(comb.combine, 0, ()), dtype=e.dtype)
             flat = np.broadcast_to(flat, flat.shape)
         return flat[..., 0]

@@ -71,14 +71,18 @@ def logical_not(a) -> Expr:
 
 def all(*conds) -> Expr:  # noqa: A001
     """Conjunction; ``tg.all(c1, c2)`` or ``tg.all([c1, c2])``."""
-    items = list(conds[0]) if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else list(conds)
+    items = (
+        list(conds[0]) if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else list(conds)
+    )
     if not items:
         return _const(True)
     return _fold(lambda x, y: binary("and", x, y), items)
 
 
 def any(*conds) -> Expr:  # noqa: A001
-    items = list(conds[0]) if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else list(conds)
+    items = (
+        list(conds[0]) if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else list(conds)
+    )
     if not items:
         return _const(False)
     return _fold(lambda x, y: binary("or", x, y), items)

@@ -6,7 +6,19 @@ from collections.abc import Callable
 
 from ..ir import dtype as dt
 from ..ir.expr import (
-    ARGMAX, ARGMIN, MAX, MIN, PROD, SUM, Combiner, Expr, Reduce, Var, as_expr, cast, const,
+    ARGMAX,
+    ARGMIN,
+    MAX,
+    MIN,
+    PROD,
+    SUM,
+    Combiner,
+    Expr,
+    Reduce,
+    Var,
+    as_expr,
+    cast,
+    const,
 )
 from ..ir.tensor import unique_name
 

@@ -7,8 +7,8 @@ currency of bounds checking and of the simplifier's equation solving.
 
 from __future__ import annotations
 
-from .expr import Binary, Cast, Const, Expr, Unary, Var, const
 from . import dtype as dt
+from .expr import Binary, Cast, Const, Expr, Unary, Var, const
 
 Form = tuple[dict[Expr, int], int]
 
@@ -42,11 +42,17 @@ def linearize(e: Expr) -> Form:
 
 def build(coeffs: dict[Expr, int], k: int, dtype: str = dt.INDEX) -> Expr:
     """The expression of an affine form, in a canonical order (variables by uid)."""
-    terms = sorted(((a, c) for a, c in coeffs.items() if c), key=lambda ac: (ac[1] < 0, _order(ac[0])))
+    terms = sorted(
+        ((a, c) for a, c in coeffs.items() if c), key=lambda ac: (ac[1] < 0, _order(ac[0]))
+    )
     out: Expr | None = None
     for atom, c in terms:
         if out is None:
-            out = atom if c == 1 else (-atom if c == -1 else Binary("mul", const(c, dtype), atom, dtype))
+            out = (
+                atom
+                if c == 1
+                else (-atom if c == -1 else Binary("mul", const(c, dtype), atom, dtype))
+            )
             continue
         mag = abs(c)
         term = atom if mag == 1 else Binary("mul", const(mag, dtype), atom, dtype)

@@ -91,9 +91,18 @@ def grid_values(e: Expr, variables: list[Var]) -> np.ndarray:
 
 
 _NP = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "floordiv": np.floor_divide,
-    "floormod": np.mod, "max": np.maximum, "min": np.minimum, "lt": np.less,
-    "le": np.less_equal, "eq": np.equal, "ne": np.not_equal, "and": np.logical_and,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
+    "max": np.maximum,
+    "min": np.minimum,
+    "lt": np.less,
+    "le": np.less_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "and": np.logical_and,
     "or": np.logical_or,
 }
 

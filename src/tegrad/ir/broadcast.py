@@ -26,8 +26,12 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
 def broadcast_read(t: Tensor, out_shape: tuple[int, ...], idx: tuple):
     """Read ``t`` at output index ``idx`` under broadcasting to ``out_shape``."""
     offset = len(out_shape) - t.ndim
-    return t[tuple(0 if t.shape[a] == 1 and out_shape[a + offset] != 1 else idx[a + offset]
-                   for a in range(t.ndim))]
+    return t[
+        tuple(
+            0 if t.shape[a] == 1 and out_shape[a + offset] != 1 else idx[a + offset]
+            for a in range(t.ndim)
+        )
+    ]
 
 
 def elementwise(op: str, a: object, b: object) -> Tensor:

@@ -269,7 +269,17 @@ ARGMIN = Combiner("argmin", "argmin")
 # constructors with dtype rules and light constant folding
 
 UNARY_FLOAT = (
-    "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf",
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "sin",
+    "cos",
+    "erf",
 )
 UNARY_SAME = ("neg", "abs", "sign", "floor", "ceil", "round")
 UNARY_OPS = (*UNARY_FLOAT, *UNARY_SAME, "not")

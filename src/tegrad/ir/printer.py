@@ -11,10 +11,18 @@ from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
 from .tensor import Compute, Placeholder, Tensor
 
 _INFIX = {
-    "or": ("||", 1), "and": ("&&", 2),
-    "lt": ("<", 3), "le": ("<=", 3), "eq": ("==", 3), "ne": ("!=", 3),
-    "add": ("+", 4), "sub": ("-", 4),
-    "mul": ("*", 5), "div": ("/", 5), "floordiv": ("//", 5), "floormod": ("%", 5),
+    "or": ("||", 1),
+    "and": ("&&", 2),
+    "lt": ("<", 3),
+    "le": ("<=", 3),
+    "eq": ("==", 3),
+    "ne": ("!=", 3),
+    "add": ("+", 4),
+    "sub": ("-", 4),
+    "mul": ("*", 5),
+    "div": ("/", 5),
+    "floordiv": ("//", 5),
+    "floormod": ("%", 5),
     "pow": ("**", 7),
 }
 

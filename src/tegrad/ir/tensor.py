@@ -189,5 +189,3 @@ def _axis_names(fcompute, n: int) -> list[str]:
     if code is not None and code.co_argcount == n and not code.co_flags & 0x04:
         return list(code.co_varnames[:n])
     return [f"i{k}" for k in range(n)]
-
-

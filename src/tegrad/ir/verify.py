@@ -16,7 +16,7 @@ import numpy as np
 
 from .affine import linearize
 from .bounds import ENUMERATION_LIMIT, grid_values, interval, is_pure_index
-from .expr import Binary, Expr, Read, Reduce, Select, Unary, Var
+from .expr import Binary, Expr, Read, Reduce, Select, Unary
 from .printer import format_expr
 from .tensor import Compute
 from .traverse import children, free_vars, walk
@@ -73,7 +73,7 @@ class _Checker:
                 # a conjunct only matters where the others hold, so it may assume them
                 parts = split_conjunction(e.where)
                 for k, part in enumerate(parts):
-                    self.go(part, inner, conds + tuple(parts[:k] + parts[k + 1:]))
+                    self.go(part, inner, conds + tuple(parts[:k] + parts[k + 1 :]))
                 conds = conds + tuple(parts)
             self.go(e.source, inner, conds)
             return
@@ -117,7 +117,9 @@ def check_index(owner: str, read: Read, axis: int, index: Expr, conds: tuple) ->
     lo, hi = _guarded_range(index, guards, iv)
     if lo is not None and hi is not None and lo >= 0 and hi < dim:
         return
-    _raise(owner, read, axis, index, dim, f"its values lie in [{lo}, {hi}] as far as tegrad can prove")
+    _raise(
+        owner, read, axis, index, dim, f"its values lie in [{lo}, {hi}] as far as tegrad can prove"
+    )
 
 
 def _raise(owner, read, axis, index, dim, detail) -> None:

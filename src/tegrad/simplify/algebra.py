@@ -63,10 +63,21 @@ def fold(e: Expr) -> Expr | None:
 
 
 _NUMPY_BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-    "pow": np.power, "max": np.maximum, "min": np.minimum, "lt": np.less,
-    "le": np.less_equal, "eq": np.equal, "ne": np.not_equal, "and": np.logical_and,
-    "or": np.logical_or, "floordiv": np.floor_divide, "floormod": np.mod,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.divide,
+    "pow": np.power,
+    "max": np.maximum,
+    "min": np.minimum,
+    "lt": np.less,
+    "le": np.less_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "floordiv": np.floor_divide,
+    "floormod": np.mod,
 }
 
 
@@ -110,6 +121,14 @@ def fold_binary(e: Binary) -> Expr | None:
         if is_const(b, False) or a is b:
             return a
         return None
+    if op in ("mul", "div"):
+        cancelled = cancel_factors(e)
+        if cancelled is not None:
+            return cancelled
+    if op in ("add", "sub"):
+        cancelled = cancel_terms(e)
+        if cancelled is not None:
+            return cancelled
     if op == "add":
         if is_const(a, 0):
             return b
@@ -142,6 +161,74 @@ def fold_binary(e: Binary) -> Expr | None:
         if is_const(b, 0):
             return const(1, e.dtype)
     return None
+
+
+def signed_terms(e: Expr, sign: int, out: list) -> None:
+    if isinstance(e, Binary) and e.op in ("add", "sub") and dt.is_float(e.dtype):
+        signed_terms(e.a, sign, out)
+        signed_terms(e.b, sign if e.op == "add" else -sign, out)
+    elif isinstance(e, Unary) and e.op == "neg":
+        signed_terms(e.a, -sign, out)
+    else:
+        out.append((sign, e))
+
+
+def cancel_terms(e: Binary) -> Expr | None:
+    """``a + b - a = b``: drop pairs of opposite terms from a float sum."""
+    terms: list = []
+    signed_terms(e, 1, terms)
+    if len(terms) < 2:
+        return None
+    kept = list(terms)
+    for sign, t in terms:
+        if (sign, t) in kept and (-sign, t) in kept:
+            kept.remove((sign, t))
+            kept.remove((-sign, t))
+    if len(kept) == len(terms):
+        return None
+    out: Expr | None = None
+    for sign, t in kept:
+        if out is None:
+            out = t if sign > 0 else Unary("neg", t, e.dtype)
+        else:
+            out = Binary("add" if sign > 0 else "sub", out, t, e.dtype)
+    return out if out is not None else const(0, e.dtype)
+
+
+def factors(e: Expr, num: list, den: list) -> None:
+    if isinstance(e, Binary) and e.op == "mul" and dt.is_float(e.dtype):
+        factors(e.a, num, den)
+        factors(e.b, num, den)
+    elif isinstance(e, Binary) and e.op == "div" and dt.is_float(e.dtype):
+        factors(e.a, num, den)
+        factors(e.b, den, num)
+    else:
+        num.append(e)
+
+
+def cancel_common(num: list, den: list) -> bool:
+    """Remove factors present in both lists (``x y / x = y``); True if any was."""
+    hit = False
+    for f in list(den):
+        if f in num and not isinstance(f, Const):
+            num.remove(f)
+            den.remove(f)
+            hit = True
+    return hit
+
+
+def cancel_factors(e: Binary) -> Expr | None:
+    num: list = []
+    den: list = []
+    factors(e, num, den)
+    if not den or not cancel_common(num, den):
+        return None
+    out = num[0] if num else const(1, e.dtype)
+    for f in num[1:]:
+        out = Binary("mul", out, f, e.dtype)
+    for f in den:
+        out = Binary("div", out, f, e.dtype)
+    return out
 
 
 def fold_unary(e: Unary) -> Expr | None:
@@ -180,6 +267,9 @@ def fold_select(e: Select) -> Expr | None:
         return e.a
     if isinstance(e.cond, Unary) and e.cond.op == "not":
         return Select(e.cond.a, e.b, e.a, e.dtype)
+    # select(c, -a, 0) = -select(c, a, 0), so opposite terms meet in a sum
+    if isinstance(e.a, Unary) and e.a.op == "neg" and is_const(e.b, 0):
+        return Unary("neg", Select(e.cond, e.a.a, e.b, e.dtype), e.dtype)
     return None
 
 
@@ -188,7 +278,11 @@ def fold_reduce(r: Reduce) -> Expr | None:
         return Reduce(r.combiner, r.source, r.axes, None, r.dtype)
     if r.combiner.kind == "sum" and is_const(r.source, 0):
         return const(0, r.dtype)
-    if r.where is not None and is_const(r.where, False) and r.combiner.kind in ("sum", "prod", "max", "min"):
+    if (
+        r.where is not None
+        and is_const(r.where, False)
+        and r.combiner.kind in ("sum", "prod", "max", "min")
+    ):
         return const(r.combiner.identity_value(r.dtype), r.dtype)
     return None
 
@@ -291,8 +385,13 @@ def _mod_atom(e: Expr, s: int) -> Expr:
 def fold_divmod(op: str, a: Expr, s: int, dtype: str) -> Expr | None:
     if s == 1:
         return a if op == "floordiv" else const(0, dtype)
-    if op == "floordiv" and isinstance(a, Binary) and a.op == "floordiv" and isinstance(a.b, Const) \
-            and a.b.value > 0:
+    if (
+        op == "floordiv"
+        and isinstance(a, Binary)
+        and a.op == "floordiv"
+        and isinstance(a.b, Const)
+        and a.b.value > 0
+    ):
         return Binary("floordiv", a.a, const(int(a.b.value) * s, dtype), dtype)
     coeffs, k = linearize(a)
     high: dict = {}

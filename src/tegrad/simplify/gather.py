@@ -46,7 +46,7 @@ from ..ir.bounds import interval
 from ..ir.expr import SUM, Binary, Const, Expr, Reduce, Select, Unary, Var, binary, const
 from ..ir.traverse import free_vars, substitute
 from ..ir.verify import split_conjunction
-from .algebra import FALSE, form_interval, is_const
+from .algebra import FALSE, cancel_common, form_interval, is_const
 
 MAX_STEPS = 64
 
@@ -143,19 +143,26 @@ class SumProblem:
             red = {a: v for a, v in coeffs.items() if a in axes}
             blockers = [a for a in coeffs if a not in axes and free_vars(a) & axes]
             candidates.append((c, coeffs, k, red, blockers))
-        for c, _, _, _, blockers in candidates:
+        for *_, blockers in candidates:
             for b in blockers:
-                if isinstance(b, Binary) and b.op in ("floordiv", "floormod") \
-                        and isinstance(b.b, Const) and _affine_in_vars(b.a) \
-                        and self.introduce_divmod(b):
+                if (
+                    isinstance(b, Binary)
+                    and b.op in ("floordiv", "floormod")
+                    and isinstance(b.b, Const)
+                    and _affine_in_vars(b.a)
+                    and self.introduce_divmod(b)
+                ):
                     return True
         solvable = [x for x in candidates if x[3] and not x[4]]
         for c, coeffs, k, red, _ in sorted(solvable, key=lambda x: len(x[3])):
             rest = {a: v for a, v in coeffs.items() if a not in axes}
             idx = self.conds.index(c)
             del self.conds[idx]
-            if self.solve_radix(red, rest, k) or self.solve_unit(red, rest, k) \
-                    or self.solve_gcd(red, rest, k):
+            if (
+                self.solve_radix(red, rest, k)
+                or self.solve_unit(red, rest, k)
+                or self.solve_gcd(red, rest, k)
+            ):
                 return True
             self.conds.insert(idx, c)
         return False
@@ -187,7 +194,9 @@ class SumProblem:
                 return False
         # sum coef_m (d_m - lo_m) = R  with  R = -sign*(rest + k) - sum coef_m lo_m
         shift = sum(c * v.lo for c, v in zip(coef, chain, strict=True))
-        big_r = self.simplify_expr(build({x: -sign * c for x, c in rest.items()}, -sign * k - shift))
+        big_r = self.simplify_expr(
+            build({x: -sign * c for x, c in rest.items()}, -sign * k - shift)
+        )
         solutions = {}
         for m, v in enumerate(chain):
             if m + 1 < len(chain):
@@ -197,8 +206,13 @@ class SumProblem:
             sol = binary("floordiv", part, const(coef[m], big_r.dtype)) if coef[m] > 1 else part
             solutions[v] = self.simplify_expr(binary("add", sol, const(v.lo, big_r.dtype)))
         if coef[0] > 1:
-            self.conds.append(binary("eq", binary("floormod", big_r, const(coef[0], big_r.dtype)),
-                                     const(0, big_r.dtype)))
+            self.conds.append(
+                binary(
+                    "eq",
+                    binary("floormod", big_r, const(coef[0], big_r.dtype)),
+                    const(0, big_r.dtype),
+                )
+            )
         for v in chain:
             self.axes.remove(v)
             self.add_range(v, solutions[v])
@@ -212,8 +226,9 @@ class SumProblem:
         if g <= 1:
             return False
         outer = build(rest, k)
-        self.conds.append(binary("eq", binary("floormod", outer, const(g, outer.dtype)),
-                                 const(0, outer.dtype)))
+        self.conds.append(
+            binary("eq", binary("floormod", outer, const(g, outer.dtype)), const(0, outer.dtype))
+        )
         reduced = build({x: a // g for x, a in red.items()}, 0)
         self.conds.append(binary("eq", reduced, binary("floordiv", -outer, const(g, outer.dtype))))
         return True
@@ -304,7 +319,7 @@ def flatten_product(e: Expr, num: list, den: list, conds: list) -> None:
         flatten_product(e.b, num, den, conds)
     elif isinstance(e, Binary) and e.op == "div":
         flatten_product(e.a, num, den, conds)
-        den.append(e.b)
+        flatten_product(e.b, den, num, [])
     elif isinstance(e, Unary) and e.op == "neg":
         num.append(const(-1, e.dtype))
         flatten_product(e.a, num, den, conds)
@@ -319,6 +334,8 @@ def flatten_product(e: Expr, num: list, den: list, conds: list) -> None:
 
 
 def product(num: list, den: list, dtype: str) -> Expr:
+    num, den = list(num), list(den)
+    cancel_common(num, den)
     out: Expr | None = None
     scale = 1.0
     for f in num:
@@ -369,36 +386,62 @@ def assemble(p: SumProblem, r: Reduce) -> Expr:
     outer_den = [f for f in den if not free_vars(f) & axes]
     # a sum inside the product that has an axis-free operand: split the sum (linearity)
     for f in inner_num:
-        if isinstance(f, Binary) and f.op in ("add", "sub") and (
-                not free_vars(f.a) & axes or not free_vars(f.b) & axes):
+        if (
+            isinstance(f, Binary)
+            and f.op in ("add", "sub")
+            and (not free_vars(f.a) & axes or not free_vars(f.b) & axes)
+        ):
             others = [g for g in inner_num if g is not f]
             parts = []
             for term in (f.a, f.b):
                 src = product(others + [term], inner_den, r.dtype)
-                parts.append(solve_sum(Reduce(SUM, src, tuple(p.axes), conj(inner_conds), r.dtype),
-                                       p.simplify_expr))
-            inner: Expr = binary(f.op, parts[0], parts[1])
+                parts.append(
+                    solve_sum(
+                        Reduce(SUM, src, tuple(p.axes), conj(inner_conds), r.dtype), p.simplify_expr
+                    )
+                )
+            inner = [binary(f.op, parts[0], parts[1])]
             break
     else:
-        used = set()
-        for x in inner_num + inner_den + inner_conds:
-            used |= free_vars(x) & axes
-        scale = 1
-        for v in p.axes:
-            if v not in used:
-                scale *= v.extent
-        kept = tuple(v for v in p.axes if v in used)
-        body = product(inner_num, inner_den, r.dtype)
-        if kept:
-            inner = Reduce(SUM, body, kept, conj(inner_conds), r.dtype)
-        else:
-            inner = body
-        if scale != 1:
-            outer_num.append(const(scale, r.dtype))
-    out = product(outer_num + [inner], outer_den, r.dtype)
+        inner = separate_sums(p.axes, inner_num, inner_den, inner_conds, r.dtype, outer_num)
+    out = product(outer_num + inner, outer_den, r.dtype)
     if outer_conds:
         out = Select(conj(outer_conds), out, const(0, r.dtype), r.dtype)
     return out
+
+
+def separate_sums(
+    axes: list[Var], num: list, den: list, conds: list, dtype: str, outer_num: list
+) -> list[Expr]:
+    """``sum_{a, b} f(a) g(b) = (sum_a f(a)) (sum_b g(b))``: one sum per group of
+    variables that share a factor or a condition; unused variables scale by their
+    extent (appended to ``outer_num``)."""
+    parts = [(x, free_vars(x) & set(axes)) for x in num + den + conds]
+    groups: list[set] = []
+    for _, used in parts:
+        if not used:
+            continue
+        merged = [g for g in groups if g & used]
+        for g in merged:
+            groups.remove(g)
+        groups.append(set(used).union(*merged))
+    scale = 1
+    for v in axes:
+        if not any(v in g for g in groups):
+            scale *= v.extent
+    if scale != 1:
+        outer_num.append(const(scale, dtype))
+    if not groups:
+        return [product(num, den, dtype)]
+    sums = []
+    for g in groups:
+        kept = tuple(v for v in axes if v in g)
+        body = product(
+            [f for f in num if free_vars(f) & g], [f for f in den if free_vars(f) & g], dtype
+        )
+        where = conj([c for c in conds if free_vars(c) & g])
+        sums.append(Reduce(SUM, body, kept, where, dtype))
+    return sums
 
 
 __all__ = ["solve_sum", "form_interval"]

@@ -9,11 +9,11 @@ interned), so simplifying the same sub-expression twice is free.
 from __future__ import annotations
 
 from ..ir import dtype as dt
-from ..ir.expr import Expr, Reduce
+from ..ir.expr import Expr, Read, Reduce
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import topo_tensors, transform
-from ..ir.expr import Read
 from .algebra import fold
+from .canonical import canonical_axes
 from .gather import solve_sum
 
 MAX_PASSES = 4
@@ -40,7 +40,7 @@ def simplify_expr(e: Expr) -> Expr:
         return hit
     out = e
     for _ in range(MAX_PASSES):
-        nxt = transform(out, _rule)
+        nxt = canonical_axes(transform(out, _rule))
         if nxt is out:
             break
         out = nxt
