@@ -208,8 +208,10 @@ def _strided_slice():
 @op("pixel_shuffle", lambda x: F.pixel_shuffle(x, 2), normal((1, 8, 3, 3)))
 def _pixel_shuffle():
     x = ph((1, 8, 3, 3), "x")
-    return [x], tg.compute(
-        (1, 2, 6, 6), lambda n, c, h, w: x[n, c * 4 + (h % 2) * 2 + w % 2, h // 2, w // 2], "shuffle")
+    def body(n, c, h, w):
+        return x[n, c * 4 + (h % 2) * 2 + w % 2, h // 2, w // 2]
+
+    return [x], tg.compute((1, 2, 6, 6), body, "shuffle")
 
 
 @op("bias_add_broadcast", lambda x, b: x + b[None, :, None], normal((2, 4, 3), (4,)), diff=(0, 1))

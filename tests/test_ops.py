@@ -12,13 +12,13 @@ import zlib
 import numpy as np
 import pytest
 import torch
-from optable import SPECS, OpSpec
 
 import tegrad as tg
+from optable import SPECS, OpSpec
 
 RTOL = {"float64": 1e-7, "float32": 1e-6}
 ATOL = {"float64": 1e-9, "float32": 1e-6}
-JACOBIAN_LIMIT = 5000  # entries of out.shape + x.shape
+JACOBIAN_LIMIT = 8000  # entries of out.shape + x.shape (all inputs of the table but one fit)
 
 params = pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
 
@@ -159,10 +159,7 @@ def test_jvp(spec: OpSpec):
 
     primals = tuple(ts[k] for k in spec.diff)
     tans = tuple(torch.from_numpy(t) for t in t_arrays)
-    try:
-        _, expected = torch.func.jvp(f, primals, tans)
-    except (NotImplementedError, RuntimeError):  # no forward-AD formula in torch for an op
-        _, expected = torch.autograd.functional.jvp(f, primals, tans)
+    _, expected = torch.func.jvp(f, primals, tans)
     assert_close(got, expected, f"{spec.name}: jvp")
 
 

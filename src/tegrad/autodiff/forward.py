@@ -20,7 +20,7 @@ from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
 from ..ir.expr import SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, cast, const
 from ..ir.tensor import Compute, Tensor, make_compute
-from ..ir.traverse import children, topo_tensors
+from ..ir.traverse import children, substitute, topo_tensors
 from .partials import partial
 
 
@@ -72,7 +72,7 @@ def tangent_of_expr(e: Expr, leaf: Callable[[Expr], Expr | None]) -> Expr:
 
 
 def reduce_tangent(r: Reduce, go) -> Expr | None:
-    from .reverse import reduce_partial
+    from .reverse import fresh_copy, reduce_partial
 
     d = go(r.source)
     if d is None:
@@ -82,7 +82,10 @@ def reduce_tangent(r: Reduce, go) -> Expr | None:
     p = reduce_partial(r)
     if p is None:
         return None
-    return Reduce(SUM, d * p, r.axes, r.where, r.dtype)
+    # p mentions r itself (a max's winner test), which binds r's axes: sum over copies
+    ren = fresh_copy(r.axes)
+    where = None if r.where is None else substitute(r.where, ren)
+    return Reduce(SUM, substitute(d * p, ren), tuple(ren.values()), where, r.dtype)
 
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:

@@ -25,6 +25,7 @@ are exact at zeros, at the cost of one extra pass over the axis per element.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +47,14 @@ from ..ir.expr import (
     const,
 )
 from ..ir.tensor import Compute, Tensor, make_compute
-from ..ir.traverse import children, substitute, tensors_read, topo_tensors
+from ..ir.traverse import (
+    children,
+    free_vars,
+    substitute,
+    tensors_read,
+    topo_tensors,
+    transform,
+)
 from ..ir.verify import split_conjunction
 from .partials import partial
 
@@ -141,6 +149,7 @@ def others_differ(ren: dict[Var, Var]) -> Expr:
     return out
 
 
+@functools.cache
 def fold_except(r: Reduce, source: Expr | None = None) -> Expr:
     """The reduction ``r`` over every point of its axes but the current one."""
     ren = fresh_copy(r.axes)
@@ -151,6 +160,7 @@ def fold_except(r: Reduce, source: Expr | None = None) -> Expr:
     return Reduce(r.combiner, src, tuple(ren.values()), where, r.dtype)
 
 
+@functools.cache
 def count_ties(r: Reduce) -> Expr:
     """#{k' : source(k') == r}, computed over a fresh copy of the axes."""
     ren = fresh_copy(r.axes)
@@ -224,6 +234,43 @@ def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentia
     if differentiable(body):
         run_scope(body, const(1, body.dtype), axes, ())
     return terms
+
+
+def reuse_forward(t: Compute, terms: list[Term]) -> list[Term]:
+    """Read the forward result ``t[i]`` wherever an adjoint needs the whole body again
+    (a max's winner test, a quotient's derivative), instead of recomputing it."""
+    own = Read(t, t.axes, t.dtype)
+
+    def swap(x: Expr):
+        return own if x is t.body else None
+
+    return [Term(term.read, transform(term.adjoint, swap), term.axes, term.conds) for term in terms]
+
+
+def hoist_reductions(t: Compute, terms: list[Term]) -> list[Term]:
+    """Materialise reductions of the adjoints that depend only on ``t``'s own axes.
+
+    Such a reduction (a max's tie count, a softmax's normaliser) has one value per
+    element of ``t``. Left inline, the scatter-to-gather substitution would rewrite it in
+    the gradient's coordinates and recompute it for every gradient element that reads
+    it; as its own compute ``t.aux<n>`` over just the axes it uses, it is computed once.
+    """
+    axes = set(t.axes)
+    made: dict[Expr, Expr] = {}
+
+    def hoist(x: Expr):
+        if not isinstance(x, Reduce) or not free_vars(x) <= axes:
+            return None
+        if x not in made:
+            used = tuple(a for a in t.axes if a in free_vars(x))
+            aux = make_compute(tuple(a.extent for a in used), used, x, f"{t.name}.aux{len(made)}")
+            made[x] = Read(aux, used, x.dtype)
+        return made[x]
+
+    return [
+        Term(term.read, transform(term.adjoint, hoist), term.axes, term.conds)
+        for term in terms
+    ]
 
 
 def scatter_terms(
@@ -314,7 +361,7 @@ def gradient(
             )
         if not isinstance(t, Compute):
             continue
-        terms = backprop_body(t.body, t.axes, differentiable)
+        terms = hoist_reductions(t, reuse_forward(t, backprop_body(t.body, t.axes, differentiable)))
         for x in tensors_read(t.body):
             if x not in on_path:
                 continue

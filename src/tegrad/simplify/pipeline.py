@@ -15,6 +15,7 @@ from ..ir.traverse import topo_tensors, transform
 from .algebra import fold
 from .canonical import canonical_axes
 from .gather import solve_sum
+from .reuse import reuse_computed
 
 MAX_PASSES = 4
 _MEMO: dict[Expr, Expr] = {}
@@ -40,7 +41,7 @@ def simplify_expr(e: Expr) -> Expr:
         return hit
     out = e
     for _ in range(MAX_PASSES):
-        nxt = canonical_axes(transform(out, _rule))
+        nxt = reuse_computed(canonical_axes(transform(out, _rule)))
         if nxt is out:
             break
         out = nxt
