@@ -174,24 +174,25 @@ def signed_terms(e: Expr, sign: int, out: list) -> None:
 
 
 def cancel_terms(e: Binary) -> Expr | None:
-    """``a + b - a = b``: drop pairs of opposite terms from a float sum."""
+    """``a + b - a = b`` and ``a + a = 2 a``: collect equal terms of a float sum."""
     terms: list = []
     signed_terms(e, 1, terms)
     if len(terms) < 2:
         return None
-    kept = list(terms)
+    weight: dict[Expr, int] = {}
     for sign, t in terms:
-        if (sign, t) in kept and (-sign, t) in kept:
-            kept.remove((sign, t))
-            kept.remove((-sign, t))
-    if len(kept) == len(terms):
+        weight[t] = weight.get(t, 0) + sign
+    if len(weight) == len(terms):
         return None
     out: Expr | None = None
-    for sign, t in kept:
+    for t, w in weight.items():
+        if w == 0:
+            continue
+        term = t if abs(w) == 1 else Binary("mul", const(abs(w), e.dtype), t, e.dtype)
         if out is None:
-            out = t if sign > 0 else Unary("neg", t, e.dtype)
+            out = term if w > 0 else Unary("neg", term, e.dtype)
         else:
-            out = Binary("add" if sign > 0 else "sub", out, t, e.dtype)
+            out = Binary("add" if w > 0 else "sub", out, term, e.dtype)
     return out if out is not None else const(0, e.dtype)
 
 

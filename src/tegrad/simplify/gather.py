@@ -384,12 +384,18 @@ def assemble(p: SumProblem, r: Reduce) -> Expr:
     outer_num = [f for f in num if not free_vars(f) & axes]
     inner_den = [f for f in den if free_vars(f) & axes]
     outer_den = [f for f in den if not free_vars(f) & axes]
-    # a sum inside the product that has an axis-free operand: split the sum (linearity)
+    # a sum inside the product: split the sum (linearity) when that lets an operand's
+    # extra variables leave it, e.g. sum_j w(j) (u(j) + v(b)) = sum_j w u + v(b) sum_j w,
+    # which is O(n) instead of O(n) per b
+    others_free = set()
+    for g in inner_num + inner_den + inner_conds:
+        if not (isinstance(g, Binary) and g.op in ("add", "sub")):
+            others_free |= free_vars(g) - axes
     for f in inner_num:
         if (
             isinstance(f, Binary)
             and f.op in ("add", "sub")
-            and (not free_vars(f.a) & axes or not free_vars(f.b) & axes)
+            and any(not free_vars(x) & axes and free_vars(x) - others_free for x in (f.a, f.b))
         ):
             others = [g for g in inner_num if g is not f]
             parts = []
