@@ -62,7 +62,10 @@ padded points are not work. Each component is enumerated over 168 points only.
 
 Known limits: a product whose two branches of a select are both products counts the
 larger branch once per point; a nested reduction guarded by an outer ``where`` over
-variables it does not bind is counted over its own domain.
+variables it does not bind is counted over its own domain. Padding written as a select
+*factor* (``select(inside, X[..], 0) * W[..]``) is evaluated, so it counts: only a
+``where`` or a select *above* the product removes padded points. A square
+``(x - y) * (x - y)`` under a sum is a MAC by the definition above.
 """
 
 from __future__ import annotations
@@ -139,13 +142,18 @@ class OpCount:
         return "\n".join([head, *(f"  {c}" for c in self.per_compute)])
 
 
-def count_ops(outputs: Tensor | Sequence[Tensor]) -> OpCount:
-    """The work of every compute ``outputs`` depend on (see the module docstring)."""
+def count_ops(outputs: Tensor | Sequence[Tensor], given: Iterable[Tensor] = ()) -> OpCount:
+    """The work of every compute ``outputs`` depend on (see the module docstring).
+
+    Tensors in ``given`` (and what only they depend on) count as already computed, like
+    placeholders: ``count_ops(grads, given=[forward])`` is the backward's own work.
+    """
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
+    done = set(topo_tensors(list(given)))
     points = PointCounter()
     total = OpCount()
     for t in topo_tensors(outs):
-        if isinstance(t, Compute):
+        if isinstance(t, Compute) and t not in done:
             total = total + OpCount(*_count_compute(t, points))
     return total
 
