@@ -8,29 +8,105 @@
     dA, dB = tg.gradient(C, [A, B], head=tg.placeholder(C.shape, name="dC"))
 """
 
-from .differentiate import gradient, jvp
-from .errors import NotDifferentiableError
 from .backends import build, evaluate
-from .errors import GradientCheckError, IRError
+from .differentiate import gradient, jvp
+from .errors import GradientCheckError, IRError, NotDifferentiableError
 from .frontend.math import (
-    abs, all, any, cast, ceil, const, cos, equal, erf, exp, expm1, floor, if_then_else, log,
-    log1p, logical_not, maximum, minimum, not_equal, power, round, rsqrt, sigmoid, sign, sin,
-    sqrt, tanh,
+    abs,
+    all,
+    any,
+    cast,
+    ceil,
+    const,
+    cos,
+    equal,
+    erf,
+    exp,
+    expm1,
+    floor,
+    if_then_else,
+    log,
+    log1p,
+    logical_not,
+    maximum,
+    minimum,
+    not_equal,
+    power,
+    round,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    tanh,
 )
 from .frontend.reduce import (
-    argmax, argmin, comm_reducer, max, min, prod, reduce_axis, sum,
+    argmax,
+    argmin,
+    comm_reducer,
+    max,
+    min,
+    prod,
+    reduce_axis,
+    sum,
 )
 from .ir.expr import Expr, Var
 from .ir.tensor import Compute, Placeholder, Tensor, compute, placeholder
+from .lower.cost import count_ops
 from .simplify import simplify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Compute", "Expr", "GradientCheckError", "IRError", "NotDifferentiableError", "Placeholder",
-    "Tensor", "Var", "abs", "all", "any", "argmax", "argmin", "build", "cast", "ceil",
-    "comm_reducer", "compute", "const", "cos", "equal", "erf", "evaluate", "exp", "expm1",
-    "floor", "gradient", "if_then_else", "jvp", "log", "log1p", "logical_not", "max", "maximum",
-    "min", "minimum", "not_equal", "placeholder", "power", "prod", "reduce_axis", "round",
-    "rsqrt", "sigmoid", "sign", "simplify", "sin", "sqrt", "sum", "tanh",
+    "Compute",
+    "Expr",
+    "GradientCheckError",
+    "IRError",
+    "NotDifferentiableError",
+    "Placeholder",
+    "Tensor",
+    "Var",
+    "abs",
+    "all",
+    "any",
+    "argmax",
+    "argmin",
+    "build",
+    "cast",
+    "ceil",
+    "comm_reducer",
+    "compute",
+    "const",
+    "cos",
+    "count_ops",
+    "equal",
+    "erf",
+    "evaluate",
+    "exp",
+    "expm1",
+    "floor",
+    "gradient",
+    "if_then_else",
+    "jvp",
+    "log",
+    "log1p",
+    "logical_not",
+    "max",
+    "maximum",
+    "min",
+    "minimum",
+    "not_equal",
+    "placeholder",
+    "power",
+    "prod",
+    "reduce_axis",
+    "round",
+    "rsqrt",
+    "sigmoid",
+    "sign",
+    "simplify",
+    "sin",
+    "sqrt",
+    "sum",
+    "tanh",
 ]
