@@ -184,3 +184,18 @@ def test_conv_gradients_are_gathers():
     yt.backward(torch.tensor(hv))
     np.testing.assert_allclose(gx, xt.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gw, wt.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_every_scalar_op_has_a_rule_or_is_piecewise_constant():
+    from tegrad.autodiff.partials import PIECEWISE_CONSTANT, RULES
+    from tegrad.ir.expr import BINARY_OPS, UNARY_OPS
+
+    for op in (*UNARY_OPS, *BINARY_OPS):
+        assert (op in RULES) != (op in PIECEWISE_CONSTANT), op
+
+
+def test_duplicate_rule_is_refused():
+    from tegrad.autodiff.partials import rule
+
+    with pytest.raises(ValueError, match="duplicate"):
+        rule("exp")(lambda e, k: e)
