@@ -13,10 +13,9 @@ import pytest
 
 import tegrad as tg
 from optable import SPEC_BY_NAME, SPECS
-from tegrad.ir.expr import Reduce
+from tegrad.ir.expr import Reduce, split_conjunction
 from tegrad.ir.tensor import Compute
 from tegrad.ir.traverse import topo_tensors, walk
-from tegrad.ir.verify import split_conjunction
 
 GATHER_SPECS = [s for s in SPECS if s.gather_form]
 SCATTER_SPECS = [s for s in SPECS if not s.gather_form]

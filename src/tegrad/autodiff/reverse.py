@@ -44,7 +44,9 @@ from ..ir.expr import (
     Var,
     binary,
     cast,
+    conjunction,
     const,
+    split_conjunction,
 )
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import (
@@ -55,7 +57,6 @@ from ..ir.traverse import (
     topo_tensors,
     transform,
 )
-from ..ir.verify import split_conjunction
 from .partials import partial
 
 
@@ -87,13 +88,6 @@ def mul(a: Expr, b: Expr) -> Expr:
 
 def add(a: Expr | None, b: Expr) -> Expr:
     return b if a is None else binary("add", a, b)
-
-
-def conj(conds) -> Expr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else binary("and", out, c)
-    return out
 
 
 class Differentiable:
@@ -268,8 +262,7 @@ def hoist_reductions(t: Compute, terms: list[Term]) -> list[Term]:
         return made[x]
 
     return [
-        Term(term.read, transform(term.adjoint, hoist), term.axes, term.conds)
-        for term in terms
+        Term(term.read, transform(term.adjoint, hoist), term.axes, term.conds) for term in terms
     ]
 
 
@@ -293,7 +286,7 @@ def scatter_terms(
             binary("eq", substitute(idx, ren), jm)
             for idx, jm in zip(term.read.indices, j, strict=True)
         ]
-        where = conj([substitute(c, ren) for c in term.conds] + eqs)
+        where = conjunction([substitute(c, ren) for c in term.conds] + eqs)
         if ren:
             expr = Reduce(SUM, value, tuple(ren.values()), where, x.dtype)
         else:
@@ -411,7 +404,7 @@ def identity_head(output: Tensor) -> Compute:
         one
         if n == 0
         else Select(
-            conj(binary("eq", a, b) for a, b in zip(p, i, strict=True)), one, z, output.dtype
+            conjunction(binary("eq", a, b) for a, b in zip(p, i, strict=True)), one, z, output.dtype
         )
     )
     return make_compute(output.shape * 2, p + i, body, f"{output.name}.identity")

@@ -68,7 +68,3 @@ def _order(atom: Expr) -> tuple:
     if isinstance(atom, Var):
         return (0, atom.uid)
     return (1, repr(atom))
-
-
-def variables(form: Form) -> set[Var]:
-    return {a for a in form[0] if isinstance(a, Var)}

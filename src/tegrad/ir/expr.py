@@ -401,5 +401,20 @@ def select(cond: object, a: object, b: object) -> Expr:
     return Select(cond, cast(a, out), cast(b, out), out)
 
 
+def conjunction(conds) -> Expr | None:
+    """``c0 && c1 && ...``, or None for no condition."""
+    out = None
+    for c in conds:
+        out = c if out is None else binary("and", out, c)
+    return out
+
+
+def split_conjunction(c: Expr) -> list[Expr]:
+    """The conjuncts of ``c``: ``a && (b && c)`` gives ``[a, b, c]``."""
+    if isinstance(c, Binary) and c.op == "and":
+        return split_conjunction(c.a) + split_conjunction(c.b)
+    return [c]
+
+
 def read(tensor: Any, indices: tuple) -> Read:
     return Read(tensor, tuple(as_expr(i) for i in indices), tensor.dtype)

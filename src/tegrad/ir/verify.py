@@ -16,7 +16,7 @@ import numpy as np
 
 from .affine import linearize
 from .bounds import ENUMERATION_LIMIT, grid_values, interval, is_pure_index
-from .expr import Binary, Expr, Read, Reduce, Select, Unary
+from .expr import Binary, Expr, Read, Reduce, Select, Unary, split_conjunction
 from .printer import format_expr
 from .tensor import Compute
 from .traverse import children, free_vars, walk
@@ -41,12 +41,6 @@ def verify_compute(t: Compute) -> None:
             "and no enclosing reduction names it"
         )
     _Checker(t).go(t.body, frozenset(t.axes), ())
-
-
-def split_conjunction(c: Expr) -> list[Expr]:
-    if isinstance(c, Binary) and c.op == "and":
-        return split_conjunction(c.a) + split_conjunction(c.b)
-    return [c]
 
 
 class _Checker:

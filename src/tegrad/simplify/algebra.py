@@ -23,7 +23,6 @@ from ..ir import dtype as dt
 from ..ir.affine import build, linearize
 from ..ir.bounds import interval
 from ..ir.expr import Binary, Cast, Const, Expr, Reduce, Select, Unary, const
-from ..ir.traverse import free_vars
 
 TRUE = const(True)
 FALSE = const(False)
@@ -411,7 +410,3 @@ def fold_divmod(op: str, a: Expr, s: int, dtype: str) -> Expr | None:
             return build(high, kq + m, dtype)
         return build(low, kr - m * s, dtype)
     return None  # only rewrite when the low part is resolved: keeps E // S whole otherwise
-
-
-def depends_on(e: Expr, variables) -> bool:
-    return bool(free_vars(e) & set(variables))

@@ -43,19 +43,24 @@ import math
 
 from ..ir.affine import build, linearize
 from ..ir.bounds import interval
-from ..ir.expr import SUM, Binary, Const, Expr, Reduce, Select, Unary, Var, binary, const
+from ..ir.expr import (
+    SUM,
+    Binary,
+    Const,
+    Expr,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    binary,
+    conjunction,
+    const,
+    split_conjunction,
+)
 from ..ir.traverse import free_vars, substitute
-from ..ir.verify import split_conjunction
 from .algebra import FALSE, cancel_common, form_interval, is_const
 
 MAX_STEPS = 64
-
-
-def conj(conds: list[Expr]) -> Expr | None:
-    out = None
-    for c in conds:
-        out = c if out is None else binary("and", out, c)
-    return out
 
 
 class SumProblem:
@@ -403,7 +408,8 @@ def assemble(p: SumProblem, r: Reduce) -> Expr:
                 src = product(others + [term], inner_den, r.dtype)
                 parts.append(
                     solve_sum(
-                        Reduce(SUM, src, tuple(p.axes), conj(inner_conds), r.dtype), p.simplify_expr
+                        Reduce(SUM, src, tuple(p.axes), conjunction(inner_conds), r.dtype),
+                        p.simplify_expr,
                     )
                 )
             inner = [binary(f.op, parts[0], parts[1])]
@@ -412,7 +418,7 @@ def assemble(p: SumProblem, r: Reduce) -> Expr:
         inner = separate_sums(p.axes, inner_num, inner_den, inner_conds, r.dtype, outer_num)
     out = product(outer_num + inner, outer_den, r.dtype)
     if outer_conds:
-        out = Select(conj(outer_conds), out, const(0, r.dtype), r.dtype)
+        out = Select(conjunction(outer_conds), out, const(0, r.dtype), r.dtype)
     return out
 
 
@@ -445,7 +451,7 @@ def separate_sums(
         body = product(
             [f for f in num if free_vars(f) & g], [f for f in den if free_vars(f) & g], dtype
         )
-        where = conj([c for c in conds if free_vars(c) & g])
+        where = conjunction([c for c in conds if free_vars(c) & g])
         sums.append(Reduce(SUM, body, kept, where, dtype))
     return sums
 
