@@ -163,15 +163,42 @@ def count_ties(r: Reduce) -> Expr:
     return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
 
 
-def reduce_partial(r: Reduce) -> Expr | None:
+@functools.cache
+def stored_extreme(r: Reduce, guards: tuple[Expr, ...] = ()) -> Reduce:
+    """``r`` (a max or min) over stored copies of its source values.
+
+    Winners are found by testing ``source(k) == max``. That test is exact only when both
+    sides come from the same stored numbers: a source recomputed elsewhere (simplified
+    differently, or summed in another order) can miss the maximum by one rounding and
+    leave no winner at all. A plain read is already stored; any other source is
+    materialised once as ``extreme.source`` (over the variables it uses), and the max is
+    taken again over that tensor. ``guards`` are the conditions under which the source
+    is read (its scope's ``where`` clauses); elsewhere the stored value is 0, unused.
+    """
+    if isinstance(r.source, Read):
+        return r
+    conds = guards + (tuple(split_conjunction(r.where)) if r.where is not None else ())
+    body = r.source if not conds else Select(conjunction(conds), r.source, zero(r.dtype), r.dtype)
+    order = sorted(free_vars(body), key=lambda v: v.uid)
+    axes = tuple(Var.fresh(v.name, 0, v.extent) for v in order)
+    shift = {v: a + v.lo if v.lo else a for v, a in zip(order, axes, strict=True)}
+    stored = make_compute(
+        tuple(v.extent for v in order), axes, substitute(body, shift), "extreme.source"
+    )
+    values = Read(stored, tuple(v - v.lo if v.lo else v for v in order), r.dtype)
+    return Reduce(r.combiner, values, r.axes, r.where, r.dtype)
+
+
+def reduce_partial(r: Reduce, guards: tuple[Expr, ...] = ()) -> Expr | None:
     """d r / d source(k), an expression in the reduction's axes."""
     kind = r.combiner.kind
     one = const(1, r.dtype)
     if kind == "sum":
         return one
     if kind in ("max", "min"):
-        hit = Select(binary("eq", r.source, r), one, zero(r.dtype), r.dtype)
-        return binary("div", hit, count_ties(r))
+        exact = stored_extreme(r, guards)
+        hit = Select(binary("eq", exact.source, exact), one, zero(r.dtype), r.dtype)
+        return binary("div", hit, count_ties(exact))
     if kind == "prod":
         return fold_except(r)
     if kind == "custom":
@@ -202,7 +229,7 @@ def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentia
             if isinstance(node, Read):
                 terms.append(Term(node, a, scope, conds))
             elif isinstance(node, Reduce):
-                p = reduce_partial(node)
+                p = reduce_partial(node, conds)
                 if p is None:
                     continue
                 inner = conds + (

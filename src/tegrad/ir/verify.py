@@ -72,7 +72,10 @@ class _Checker:
             self.go(e.source, inner, conds)
             return
         if isinstance(e, Select):
-            self.go(e.cond, bound, conds)
+            # as in a where clause, each conjunct of the condition may assume the others
+            parts = split_conjunction(e.cond)
+            for k, part in enumerate(parts):
+                self.go(part, bound, conds + tuple(parts[:k] + parts[k + 1 :]))
             self.go(e.a, bound, conds + tuple(split_conjunction(e.cond)))
             self.go(e.b, bound, conds + (Unary("not", e.cond, "bool"),))
             return
