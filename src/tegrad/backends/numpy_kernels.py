@@ -1,9 +1,423 @@
-"""NumPy execution of each kernel form of a plan."""
+"""NumPy execution of each kernel form of a plan.
+
+general      ``evaluate_compute`` (the reference semantics)
+contraction  per piece: zero-pad each read to the index range it needs, view it with
+             ``as_strided`` (one dimension per variable), contract two operands with one
+             ``np.matmul`` laid out as batch x M x K @ batch x K x N (written straight into
+             the output when its layout allows), more operands with ``np.einsum``
+scatter      evaluate value and target indices over the grid (chunked), then a
+             deterministic ``np.bincount`` (floats, accumulated in float64) or ``np.add.at``
+"""
 
 from __future__ import annotations
+
+import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..lower.contraction import Contraction, Factor, Piece, index_range
+from ..lower.scatter import Scatter
+from .numpy_eval import Evaluator
+
+GRID_LIMIT = 1 << 22
+PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling thread
+BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 
 
 def run_kernel(kernel, arrays, evaluate_compute):
     if kernel.kind == "general":
         return evaluate_compute(kernel.tensor, arrays)
+    if kernel.kind == "contraction":
+        return run_contraction(kernel.detail, arrays)
+    if kernel.kind == "scatter":
+        return run_scatter(kernel.detail, arrays, kernel.tensor.name)
     raise NotImplementedError(kernel.kind)
+
+
+# contractions ---------------------------------------------------------------------------
+
+
+def run_contraction(c: Contraction, arrays: dict) -> np.ndarray:
+    acc = np.dtype(c.dtype)
+    out = (np.empty if c.covers else np.zeros)(c.shape, dtype=acc)
+    cache: dict = {}
+    for piece in c.pieces:
+        _run_piece(piece, arrays, out, not c.disjoint, cache)
+    return out if c.out_dtype == c.dtype else out.astype(c.out_dtype)
+
+
+def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict) -> None:
+    ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
+    target = _view(out, p.out_index, ranges, writeable=True)[0]
+    pitch: dict = {}
+    if p.widen is not None:  # see contraction.widening
+        x, width, dims = p.widen
+        pitch = {k: (m, width, [index_range(form, ranges) for form in p.factors[k].index])
+                 for k, m in dims}
+        ranges[x] = (ranges[x][0], ranges[x][0] + width - 1)
+    ext = {v: hi - lo + 1 for v, (lo, hi) in ranges.items()}
+    ops = []
+    for k, f in enumerate(p.factors):
+        op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k))
+        if op is None:  # reads only padding: the piece is zero
+            if not accumulate:
+                target[...] = 0
+            return
+        ops.append(op)
+    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate)
+
+
+def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
+    """``buf[index(vars)]`` as a strided view with one dimension per variable."""
+    order: list = []
+    for coeffs, _ in index:
+        order.extend(v for v, _ in coeffs if v not in order)
+    start = [k + sum(c * ranges[v][0] for v, c in coeffs) for coeffs, k in index]
+    if origin is not None:
+        start = [s - o for s, o in zip(start, origin, strict=True)]
+    strides = []
+    for v in order:
+        strides.append(sum(c * buf.strides[m] for m, (coeffs, _) in enumerate(index)
+                           for w, c in coeffs if w is v))
+    base = buf[tuple(slice(s, s + 1) for s in start)] if buf.ndim else buf
+    shape = [ranges[v][1] - ranges[v][0] + 1 for v in order]
+    return as_strided(base, shape, strides, writeable=writeable), order
+
+
+def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None):
+    """The view of factor ``f`` over ``ranges``; None when it reads only padding. With
+    ``pitch = (m, P, spans)`` (row widening, see ``contraction.widening``), the buffer is
+    always padded, from ``spans`` (the index ranges before widening), dim ``m`` is ``P``
+    wide and ``P`` zeroed elements of slack follow the buffer."""
+    key = (f.tensor, "cast")
+    if array.dtype != acc:
+        if key not in cache:
+            cache[key] = array.astype(acc)
+        array = cache[key]
+    if pitch is None:
+        spans = [index_range(form, ranges) for form in f.index]
+        if all(lo >= 0 and hi < d for (lo, hi), d in zip(spans, array.shape, strict=True)):
+            return _view(array, f.index, ranges)
+        box = spans
+    else:
+        m, width, spans = pitch
+        box = list(spans)
+        box[m] = (spans[m][0], spans[m][0] + width - 1)
+    # copy only the natural spans: beyond them (widened columns) the buffer holds zeros
+    src, dst = [], []
+    for (lo, hi), (blo, _), d in zip(spans, box, array.shape, strict=True):
+        a, b = max(lo, 0), min(hi, d - 1)
+        if a > b:
+            return None
+        src.append(slice(a, b + 1))
+        dst.append(slice(a - blo, b + 1 - blo))
+    key = (f.tensor, tuple(box), tuple(spans))
+    buf = cache.get(key)
+    if buf is None:
+        shape = [hi - lo + 1 for lo, hi in box]
+        slack = pitch[1] if pitch is not None else 0
+        buf = _WORKSPACE.get(("pad", len(cache)), shape, acc, slack)
+        for m, (d, n) in enumerate(zip(dst, shape, strict=True)):  # zero the border
+            head = (slice(None),) * m
+            if d.start:
+                buf[(*head, slice(0, d.start))] = 0
+            if d.stop < n:
+                buf[(*head, slice(d.stop, n))] = 0
+        _copy(buf[tuple(dst)], array[tuple(src)])
+        cache[key] = buf
+    return _view(buf, f.index, ranges, origin=[lo for lo, _ in box])
+
+
+def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
+    present = set().union(*(vs for _, vs in ops))
+    scale *= math.prod(ext[v] for v in red_vars if v not in present)
+    summed = []
+    for k, (a, vs) in enumerate(ops):
+        others = set(out_vars).union(*(set(w) for j, (_, w) in enumerate(ops) if j != k))
+        drop = [i for i, v in enumerate(vs) if v not in others]
+        if drop:
+            a = a.sum(axis=tuple(drop))
+            vs = [v for v in vs if v in others]
+        summed.append((a, vs))
+    if len(summed) == 2:
+        _matmul(summed, out_vars, target, ext, scale, accumulate)
+        return
+    if len(summed) == 1:
+        result, rvars = summed[0]
+    else:
+        letters = {v: i for i, v in enumerate(present)}
+        args = []
+        for a, vs in summed:
+            args += [a, [letters[v] for v in vs]]
+        rvars = [v for v in out_vars if v in present]
+        result = np.einsum(*args, [letters[v] for v in rvars], optimize="greedy")
+    if scale != 1:
+        result = result * np.asarray(scale, dtype=target.dtype)
+    _write(target, out_vars, result, rvars, accumulate)
+
+
+def _write(target, out_vars, result, rvars, accumulate):
+    perm = [rvars.index(v) for v in out_vars if v in rvars]
+    result = np.transpose(result, perm)
+    result = result.reshape([result.shape[perm.index(rvars.index(v))] if v in rvars else 1
+                             for v in out_vars])
+    result = result[tuple(slice(0, n) for n in target.shape)]  # drop widened columns
+    if accumulate:
+        target += result
+    else:
+        _copy(target, result)
+
+
+def _matmul(ops, out_vars, target, ext, scale, accumulate):
+    (a, av), (b, bv) = ops
+    sa, sb = set(av), set(bv)
+    outs = [v for v in out_vars if v in sa or v in sb]
+    stride = {v: abs(target.strides[i]) for i, v in enumerate(out_vars)}
+    order = sorted(outs, key=lambda v: -stride[v])
+
+    def side(v):
+        return "ab" if v in sa and v in sb else ("a" if v in sa else "b")
+
+    j = len(order)
+    if order and side(order[-1]) != "ab":
+        n_side = side(order[-1])
+        while j > 0 and side(order[j - 1]) == n_side:
+            j -= 1
+        i = j
+        while i > 0 and side(order[i - 1]) not in ("ab", n_side):
+            i -= 1
+    else:
+        n_side, i = "b", j
+    prefix, m_vars, n_vars = order[:i], order[i:j], order[j:]
+    (x, xv), (y, yv) = ((a, av), (b, bv)) if n_side == "b" else ((b, bv), (a, av))
+    k_vars = [v for v in xv if v in yv and v not in outs]
+    big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
+    k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
+    layout = (prefix, m_vars, n_vars, k_vars)
+    # block along the outermost batch axis so that each laid-out operand stays in cache
+    size = max(math.prod(ext[v] for v in (*prefix, *m_vars, *k_vars) if v in xv),
+               math.prod(ext[v] for v in (*prefix, *k_vars, *n_vars) if v in yv))
+    # (or, with no batch axis, along the outermost reduced axis, adding the blocks up)
+    lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
+    blocks = 1 if lead is None else min(ext[lead], -(-size // BLOCK_ELEMENTS))
+    if blocks <= 1:
+        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
+        return
+    step = -(-ext[lead] // blocks)
+    for lo in range(0, ext[lead], step):
+        cut = slice(lo, min(lo + step, ext[lead]))
+        xs = x[(slice(None),) * xv.index(lead) + (cut,)] if lead in xv else x
+        ys = y[(slice(None),) * yv.index(lead) + (cut,)] if lead in yv else y
+        sub = {**ext, lead: cut.stop - cut.start}
+        if lead in out_vars:
+            ts = target[(slice(None),) * out_vars.index(lead) + (cut,)]
+            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate)
+        else:
+            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
+
+
+def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
+    """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N)."""
+    prefix, m_vars, n_vars, k_vars = layout
+    xm = _arrange(x, xv, prefix, m_vars, k_vars, ext, "x")
+    ym = _arrange(y, yv, prefix, k_vars, n_vars, ext, "y")
+    if scale != 1:
+        s = np.asarray(scale, dtype=target.dtype)
+        if xm.size <= ym.size:
+            xm = xm * s
+        else:
+            ym = ym * s
+    rvars = prefix + m_vars + n_vars
+    # a small result from a right operand laid out transposed (weight gradients): OpenBLAS
+    # runs the transposed product, with that operand on the left, about 25% faster
+    (rows, inner), cols = xm.shape[-2:], ym.shape[-1]
+    swap = (_c_blasable(xm) and not _c_blasable(ym)
+            and 8 * rows * cols <= inner * max(rows, cols))
+    direct = None
+    widened = any(ext[v] != n for v, n in zip(out_vars, target.shape, strict=True))
+    if not accumulate and len(rvars) == len(out_vars) and not widened and not swap:
+        perm = [out_vars.index(v) for v in rvars]
+        shape = [ext[v] for v in prefix] + [math.prod(ext[v] for v in m_vars),
+                                             math.prod(ext[v] for v in n_vars)]
+        try:
+            direct = np.reshape(np.transpose(target, perm), shape, copy=False)
+        except ValueError:
+            direct = None
+        if direct is not None and not _c_blasable(direct):
+            direct = None
+    if direct is not None:
+        np.matmul(xm, ym, out=direct)
+        return
+    if swap:
+        result = np.swapaxes(np.matmul(np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)), -1, -2)
+    else:
+        result = np.matmul(xm, ym)
+    result = result.reshape([ext[v] for v in rvars])
+    _write(target, out_vars, result, rvars, accumulate)
+
+
+def _arrange(a, vs, prefix, rows, cols, ext, role):
+    """``a`` (dims ``vs``) as (prefix..., prod(rows), prod(cols)), BLAS-ready: a view when
+    the layout allows, else a copy into workspace ``role``, made in whichever of
+    (rows, cols) and (cols, rows) copies with the longer inner rows."""
+    perm = [vs.index(v) for v in (*prefix, *rows, *cols) if v in vs]
+    shape = [ext[v] if v in vs else 1 for v in prefix]
+    shape += [math.prod(ext[v] for v in rows), math.prod(ext[v] for v in cols)]
+    t = np.transpose(a, perm)
+    try:
+        m = np.reshape(t, shape, copy=False)
+        if _c_blasable(m) or _c_blasable(np.swapaxes(m, -1, -2)):
+            return m
+    except ValueError:
+        pass
+    full = [ext[v] if v in vs else 1 for v in (*prefix, *rows, *cols)]
+    t = t.reshape(full) if t.ndim != len(full) else t
+    npre = len(prefix)
+
+    def run(first, group):
+        """Elements per innermost copy row if ``group`` goes last (dims merge while the
+        source strides nest)."""
+        n = 1
+        for i in reversed(range(first, first + len(group))):
+            n *= t.shape[i]
+            if i == first or t.strides[i - 1] != t.shape[i] * t.strides[i]:
+                break
+        return n
+
+    if run(npre, rows) > run(npre + len(rows), cols):  # copy as (cols, rows), pass transposed
+        order = list(range(npre)) + [npre + len(rows) + i for i in range(len(cols))] + [
+            npre + i for i in range(len(rows))]
+        tt = np.transpose(t, order)
+        buf = _WORKSPACE.get(role, tt.shape, t.dtype)
+        _copy(buf, tt)
+        return np.swapaxes(buf.reshape(shape[:-2] + [shape[-1], shape[-2]]), -1, -2)
+    buf = _WORKSPACE.get(role, t.shape, t.dtype)
+    _copy(buf, t)
+    return buf.reshape(shape)
+
+
+class _Workspace(threading.local):
+    """Scratch buffers reused from call to call (per thread), one per role, grown to the
+    largest request: fresh multi-megabyte arrays cost a page fault per 4 KiB."""
+
+    def __init__(self):
+        self.buffers: dict = {}
+
+    def get(self, role, shape, dtype, slack: int = 0) -> np.ndarray:
+        """A C-contiguous array; ``slack`` zeroed elements follow it in memory."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        total = nbytes + slack * dtype.itemsize
+        buf = self.buffers.get(role)
+        if buf is None or buf.nbytes < total:
+            buf = np.empty(max(total, 1), dtype=np.uint8)
+            self.buffers[role] = buf
+        if slack:
+            buf[nbytes:total] = 0
+        return buf[:nbytes].view(dtype).reshape(shape)
+
+
+_WORKSPACE = _Workspace()
+
+
+def clear_workspace() -> None:
+    """Release this thread's scratch buffers."""
+    _WORKSPACE.buffers.clear()
+
+
+def _c_blasable(m: np.ndarray) -> bool:
+    rows, cols = m.shape[-2:]
+    s_row, s_col = m.strides[-2:]
+    size = m.itemsize
+    return s_col == size and s_row % size == 0 and s_row // size >= cols and s_row > 0
+
+
+def _threads() -> int:
+    """Threads for large copies: ``TEGRAD_COPY_THREADS``, default 1. Splitting copies
+    measured slower on a 2-vCPU machine, where the BLAS worker threads still spin on the
+    cores after each GEMM; machines with cores to spare may gain."""
+    value = os.environ.get("TEGRAD_COPY_THREADS", "1")
+    return max(1, int(value)) if value.isdigit() else 1
+
+
+_THREADS = _threads()
+_POOL: list = []
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` (broadcasting), split over threads along an outer axis when large:
+    NumPy copies on one core and releases the GIL while it does."""
+    if _THREADS < 2 or dst.size < PARALLEL_COPY_MIN:
+        np.copyto(dst, src)
+        return
+    src = np.broadcast_to(src, dst.shape)
+    axis = next((i for i, n in enumerate(dst.shape) if n >= _THREADS), None)
+    if axis is None:
+        np.copyto(dst, src)
+        return
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(_THREADS - 1, thread_name_prefix="tegrad-copy"))
+    n = dst.shape[axis]
+    bounds = [n * i // _THREADS for i in range(_THREADS + 1)]
+    head = (slice(None),) * axis
+    parts = [(dst[(*head, slice(a, b))], src[(*head, slice(a, b))])
+             for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    jobs = [_POOL[0].submit(np.copyto, d, s) for d, s in parts[1:]]
+    np.copyto(*parts[0])  # the calling thread does its share
+    for job in jobs:
+        job.result()
+
+
+# scatter --------------------------------------------------------------------------------
+
+
+def run_scatter(s: Scatter, arrays: dict, owner: str) -> np.ndarray:
+    floating = np.dtype(s.dtype).kind == "f"
+    acc = np.float64 if floating else np.dtype(s.dtype)
+    size = math.prod(s.shape)
+    out = np.zeros(size, dtype=acc)
+    dim_strides = [math.prod(s.shape[m + 1:]) for m in range(len(s.shape))]
+    n = len(s.grid)
+    for region in _regions([v.extent for v in s.grid], GRID_LIMIT):
+        env = {}
+        for k, (v, (lo, hi)) in enumerate(zip(s.grid, region, strict=True)):
+            shape = [1] * n
+            shape[k] = hi - lo
+            env[v] = (np.arange(v.lo + lo, v.lo + hi).reshape(shape), k)
+        full = tuple(hi - lo for lo, hi in region)
+        ev = Evaluator(arrays, env, n, owner)
+        mask = np.ones(full, dtype=bool)
+        for c in s.conds:
+            mask &= np.broadcast_to(ev.go(c, n, ()), full)
+        if not mask.any():
+            continue
+        flat = np.zeros(full, dtype=np.int64)
+        for m, e in enumerate(s.out_index):
+            if dim_strides[m]:
+                idx = np.where(mask, ev.go(e, n, s.conds), 0)
+                flat += idx.astype(np.int64) * dim_strides[m]
+        value = np.broadcast_to(ev.go(s.value, n, s.conds), full)
+        where, weights = flat[mask], value[mask]
+        if floating:
+            out += np.bincount(where, weights=weights, minlength=size)
+        else:
+            np.add.at(out, where, weights.astype(acc))
+    return out.reshape(s.shape).astype(s.out_dtype, copy=False)
+
+
+def _regions(extents: list[int], limit: int) -> list[list[tuple[int, int]]]:
+    """Boxes covering the grid, each with at most ``limit`` points (row-major order)."""
+    regions: list[list[tuple[int, int]]] = [[]]
+    for k, size in enumerate(extents):
+        rest = math.prod(extents[k + 1:])
+        step = max(1, limit // max(rest, 1))
+        if step >= size:
+            return [r + [(0, e) for e in extents[k:]] for r in regions]
+        regions = [r + [(lo, min(lo + step, size))] for r in regions for lo in range(0, size, step)]
+        if rest <= limit:
+            return [r + [(0, e) for e in extents[k + 1:]] for r in regions]
+    return regions

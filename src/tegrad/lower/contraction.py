@@ -26,13 +26,12 @@ per piece (``np.matmul`` on views arranged as batch x M x K and batch x K x N).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir import dtype as dt
 from ..ir.affine import linearize
-from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, split_conjunction
 from ..ir.tensor import Compute, Tensor
-from ..ir.verify import split_conjunction
 from .residue import Split, split_axes
 
 AffineIndex = tuple[tuple[tuple[Var, int], ...], int]  # ((var, coeff), ...), constant
@@ -54,6 +53,7 @@ class Piece:
     red_vars: tuple[Var, ...]
     ranges: tuple[tuple[Var, int, int], ...]  # every variable: lo, hi (inclusive)
     out_index: tuple[AffineIndex, ...]
+    widen: tuple | None = None  # (x, P, ((factor position, dim), ...)): see ``widening``
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,8 @@ class Contraction:
     split: str  # "none", "aligned", "residue"
 
     def describe(self) -> str:
-        return f"{len(self.pieces)} piece(s), split {self.split}"
+        wide = ", rows widened" if any(p.widen for p in self.pieces) else ""
+        return f"{len(self.pieces)} piece(s), split {self.split}{wide}"
 
 
 class _NoMatch(Exception):
@@ -94,8 +95,7 @@ def match_contraction(t: Compute) -> Contraction | None:
                 pieces.append(p)
     except _NoMatch:
         return None
-    disjoint = all(s.red_vars == splits[0].red_vars for s in splits) and all(
-        set(s.red_vars) == set(body.axes) for s in splits)
+    disjoint = all(s.red_vars == splits[0].red_vars for s in splits)  # no reduce residues
     written = sum(math.prod(hi - lo + 1 for v, lo, hi in p.ranges if v in p.out_vars)
                   for p in pieces)
     covers = disjoint and written == math.prod(t.shape)
@@ -127,14 +127,16 @@ def _piece(s: Split) -> Piece | None:
             return None
     if any(lo > hi for lo, hi in ranges.values()):
         return None
-    return Piece(
-        factors=tuple(Factor(tensor, tuple(_freeze(f) for f in index)) for tensor, index in factors),
+    piece = Piece(
+        factors=tuple(Factor(tensor, tuple(_freeze(f) for f in index))
+                      for tensor, index in factors),
         scale=scale,
         out_vars=s.out_vars,
         red_vars=s.red_vars,
         ranges=tuple((v, lo, hi) for v, (lo, hi) in ranges.items()),
         out_index=tuple(_freeze(f) for f in s.out_index),
     )
+    return replace(piece, widen=widening(piece, {v: tuple(r) for v, r in ranges.items()}))
 
 
 def _freeze(form) -> AffineIndex:
@@ -235,3 +237,71 @@ def _apply_condition(cond: Expr, ranges: dict, factors: list) -> bool:
             if ic == neg and ik + k >= tensor.shape[m] - 1:  # f_m <= ik + k
                 return True
     raise _NoMatch
+
+
+# row widening ----------------------------------------------------------------------------
+
+
+def index_range(form: AffineIndex, ranges: dict) -> tuple[int, int]:
+    """Smallest and largest value of an affine index over the variables' ranges."""
+    coeffs, k = form
+    lo = hi = k
+    for v, c in coeffs:
+        a, b = c * ranges[v][0], c * ranges[v][1]
+        lo, hi = lo + min(a, b), hi + max(a, b)
+    return lo, hi
+
+
+def widening(p: Piece, ranges: dict):
+    """Row widening, for an im2col-style read ``X[..., y + r, x + s]`` (stride 1):
+    give ``x`` the extent of the padded row width ``P`` so that ``(y, x)`` become one
+    dimension of length ``ext(y) * P`` in every factor that reads them, and the copy that
+    lays the operand out for BLAS moves long contiguous rows instead of rows of ``ext(x)``.
+    The ``P - ext(x)`` extra columns read the next row: for an output ``x`` they land in
+    columns that are dropped; for a reduced ``x`` a factor that reads plain ``x + k``,
+    padded with zeros to width ``P``, cancels them. Returns ``(x, P, ((factor position,
+    dim), ...))`` for the pair that wastes least, or None."""
+    best = None
+    for f in p.factors:
+        if len(f.index) < 2:
+            continue
+        last, before = f.index[-1][0], f.index[-2][0]
+        for x, cx in last:
+            for y, cy in before:
+                if cx == 1 and cy == 1 and x is not y:
+                    got = _widen_pair(p, ranges, x, y)
+                    if got is not None and (best is None or got[1] < best[1]):
+                        best = got
+    return best
+
+
+def _widen_pair(p: Piece, ranges, x, y):
+    dims, overlap, pure = {}, False, False
+    for k, f in enumerate(p.factors):
+        where = [(m, dict(coeffs)) for m, (coeffs, _) in enumerate(f.index)]
+        has_x = [m for m, c in where if x in c]
+        has_y = [m for m, c in where if y in c]
+        if not has_x and not has_y:
+            continue
+        last = len(f.index) - 1
+        if has_x != [last] or has_y != [last - 1]:
+            return None
+        if where[last][1][x] != 1 or where[last - 1][1][y] != 1:
+            return None
+        dims[k] = last
+        overlap |= len(where[last][1]) > 1
+        pure |= len(where[last][1]) == 1
+    if not overlap:
+        return None  # nothing is copied im2col-style: widening would only add work
+    if x in p.out_vars:
+        tail = [dict(c) for c, _ in p.out_index[-2:]]
+        if len(dims) != 1 or y not in p.out_vars or tail != [{y: 1}, {x: 1}]:
+            return None
+    elif not (x in p.red_vars and y in p.red_vars and pure):
+        return None
+    width = max(hi - lo + 1 for lo, hi in (index_range(p.factors[k].index[m], ranges)
+                                           for k, m in dims.items()))
+    n = ranges[x][1] - ranges[x][0] + 1
+    if width <= n or width > n + n // 8 + 2:  # at most ~12% more work
+        return None
+    return x, width, tuple(dims.items())

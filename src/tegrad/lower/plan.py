@@ -32,7 +32,12 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        return "\n".join(f"{k.kind:12s} {k.tensor.name} {k.tensor.shape}" for k in self.kernels)
+        lines = []
+        for k in self.kernels:
+            detail = k.detail.describe() if hasattr(k.detail, "describe") else ""
+            lines.append(f"{k.kind:12s} {k.tensor.name} {k.tensor.shape}"
+                         + (f"  ({detail})" if detail else ""))
+        return "\n".join(lines)
 
 
 def plan(outputs: list[Tensor]) -> Plan:

@@ -113,7 +113,8 @@ def normalize(e: Expr) -> Expr:
 
 def _identity(out_axes, red_axes, exprs) -> Split:
     index = tuple(({v: 1}, 0) for v in out_axes)
-    return Split(index, tuple(out_axes), tuple(red_axes), tuple(normalize(e) for e in exprs), "none")
+    exprs = tuple(normalize(e) for e in exprs)
+    return Split(index, tuple(out_axes), tuple(red_axes), exprs, "none")
 
 
 def _pieces(out_axes, red_axes, exprs, need, modes):

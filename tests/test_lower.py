@@ -1,0 +1,554 @@
+"""Kernel forms: the plan picks the intended kernel, and it computes what the reference
+evaluator (``evaluate_compute``, the general path) computes.
+
+Every case builds computes by hand, in the forms the simplifier emits: gather form with
+padding guards, strided gradients under ``//`` and ``%``, and scatter form for index maps
+that cannot be inverted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tegrad as tg
+from tegrad.backends.numpy_eval import evaluate_compute
+from tegrad.backends.numpy_kernels import _regions, run_kernel
+from tegrad.ir.expr import Binary
+from tegrad.ir.tensor import Placeholder
+from tegrad.ir.traverse import topo_tensors
+from tegrad.lower.contraction import match_contraction
+from tegrad.lower.plan import plan
+from tegrad.lower.residue import normalize, split_axes
+
+_BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gradients.py"
+_spec = importlib.util.spec_from_file_location("bench_gradients", _BENCH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+F64 = "float64"
+
+
+def ph(shape, name, dtype=F64):
+    return tg.placeholder(shape, dtype, name=name)
+
+
+def feed_for(t, seed=0):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in topo_tensors([t]):
+        if isinstance(p, Placeholder):
+            if p.dtype.startswith("int"):
+                out[p] = rng.integers(0, max(p.shape[-1], 2), size=p.shape).astype(p.dtype)
+            else:
+                out[p] = rng.standard_normal(p.shape).astype(p.dtype)
+    return out
+
+
+def run_planned(t, arrays):
+    """Run every kernel of the plan of ``t``; the last one is ``t``'s."""
+    arrays = dict(arrays)
+    kinds = []
+    for k in plan([t]).kernels:
+        arrays[k.tensor] = run_kernel(k, arrays, evaluate_compute)
+        kinds.append(k.kind)
+    return arrays[t], kinds[-1]
+
+
+def assert_matches(t, kind, rtol=1e-10, seed=0):
+    arrays = feed_for(t, seed)
+    got, got_kind = run_planned(t, arrays)
+    assert got_kind == kind, f"{t.name}: planned {got_kind}, wanted {kind}\n{t}"
+    want = evaluate_compute(t, arrays)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, np.abs(want).max()))
+    return got, arrays
+
+
+# --- cases ---------------------------------------------------------------------------------
+
+
+def matmul():
+    return bench.matmul(ph((7, 5), "A"), ph((5, 6), "B"))
+
+
+def matmul_grads():
+    A, B, H = ph((7, 5), "A"), ph((5, 6), "B"), ph((7, 6), "H")
+    return bench.matmul_grads(A, B, H)
+
+
+def batched_matmul():
+    A, B = ph((3, 4, 5), "A"), ph((3, 5, 6), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((3, 4, 6), lambda b, i, j: tg.sum(A[b, i, k] * B[b, k, j], axis=k), name="C")
+
+
+def batch_outer():
+    """Output order (i, b, j): the batch axis in the middle of the output."""
+    A, B = ph((3, 4, 5), "A"), ph((3, 5, 6), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 3, 6), lambda i, b, j: tg.sum(A[b, i, k] * B[b, k, j], axis=k),
+                      name="C")
+
+
+def offset_reduce():
+    """A reduce axis that starts at 2, a constant factor and a negation."""
+    A, B = ph((4, 7), "A"), ph((7, 3), "B")
+    k = tg.reduce_axis((2, 6), "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(-(A[i, k] * 2.5) * B[k, j], axis=k), name="C")
+
+
+def range_conditions():
+    """Conditions on one variable shrink its range; the output outside is zero."""
+    A, B = ph((4, 7), "A"), ph((7, 3), "B")
+    k = tg.reduce_axis(7, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k,
+                                                  where=tg.all(k < 5, 1 <= i, 2 * k >= 3)),
+                      name="C")
+
+
+def three_operands():
+    A, B, v = ph((4, 5), "A"), ph((5, 3), "B"), ph((5,), "v")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(A[i, k] * v[k] * B[k, j], axis=k), name="C")
+
+
+def broadcast_output():
+    """Output axis j read by no factor: the result broadcasts along it."""
+    A, v = ph((4, 5), "A"), ph((5,), "v")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(A[i, k] * v[k], axis=k), name="C")
+
+
+def flip():
+    """Negative strides: C[i, j] = sum_k A[M-1-i, k] B[k, N-1-j]."""
+    A, B = ph((4, 5), "A"), ph((5, 6), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 6), lambda i, j: tg.sum(A[3 - i, k] * B[4 - k, 5 - j], axis=k),
+                      name="C")
+
+
+def diagonal():
+    """X[i, i]: one variable in two index positions walks the diagonal."""
+    X, B = ph((5, 5), "X"), ph((5, 3), "B")
+    i = tg.reduce_axis(5, "i")
+    return tg.compute((3,), lambda j: tg.sum(X[i, i] * B[i, j], axis=i), name="T")
+
+
+def diagonal_out():
+    X, v = ph((5, 5, 4), "X"), ph((4,), "v")
+    k = tg.reduce_axis(4, "k")
+    return tg.compute((5,), lambda i: tg.sum(X[i, i, k] * v[k], axis=k), name="D")
+
+
+def cast_float32():
+    A, B = ph((6, 5), "A", "float32"), ph((5, 4), "B", "float32")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((6, 4), lambda i, j: tg.cast(tg.sum(A[i, k] * B[k, j], axis=k), F64),
+                      name="C")
+
+
+def aligned_split():
+    """Grouped channels o // 3 with a range divisible by 3: one piece, o = 3*g + r."""
+    X, W = ph((2, 4, 5), "X"), ph((12, 5), "W")
+    c = tg.reduce_axis(5, "c")
+    return tg.compute((2, 12), lambda n, o: tg.sum(X[n, o // 3, c] * W[o, c], axis=c), name="Y")
+
+
+def uneven_residue():
+    """(i + 1) // 3 and % 3 over an extent 8 not divisible by 3: classes of sizes 3, 3, 2."""
+    A, B = ph((4, 3, 5), "A"), ph((5,), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((8,), lambda i: tg.sum(A[(i + 1) // 3, (i + 1) % 3, k] * B[k], axis=k),
+                      name="R")
+
+
+def reduce_residue():
+    """A reduce axis under % 2: residue classes of k accumulate into the same output."""
+    A, B = ph((4, 6), "A"), ph((6, 2), "B")
+    k = tg.reduce_axis(6, "k")
+    return tg.compute((4,), lambda i: tg.sum(A[i, k] * B[k, k % 2], axis=k,
+                                             where=tg.equal(k % 2, 1)), name="R")
+
+
+CONTRACTIONS = {
+    "matmul": matmul,
+    "matmul dA": lambda: matmul_grads()[0],
+    "matmul dB": lambda: matmul_grads()[1],
+    "batched matmul": batched_matmul,
+    "batch in the middle": batch_outer,
+    "reduce axis from 2, constant factor": offset_reduce,
+    "single-variable conditions": range_conditions,
+    "three operands": three_operands,
+    "broadcast output axis": broadcast_output,
+    "flip": flip,
+    "diagonal read": diagonal,
+    "diagonal with output axis": diagonal_out,
+    "float32 under a cast": cast_float32,
+    "aligned split o // 3": aligned_split,
+    "uneven residue classes": uneven_residue,
+    "residues of a reduce axis": reduce_residue,
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRACTIONS))
+def test_contraction(case):
+    t = CONTRACTIONS[case]()
+    rtol = 1e-5 if case.startswith("float32") else 1e-10
+    assert_matches(t, "contraction", rtol=rtol)
+
+
+# --- convolutions -----------------------------------------------------------------------
+
+CONVS = [
+    # (N, C, H, W, K, R, S, stride, padding, dilation, groups)
+    (2, 3, 7, 6, 4, 3, 3, 1, 1, 1, 1),
+    (2, 3, 8, 8, 4, 3, 3, 2, 1, 1, 1),
+    (1, 2, 9, 7, 3, 3, 2, 2, 0, 1, 1),
+    (2, 3, 9, 9, 2, 3, 3, 3, 2, 1, 1),
+    (1, 2, 9, 8, 3, 3, 3, 1, 2, 2, 1),
+    (2, 4, 7, 7, 6, 3, 3, 1, 1, 1, 2),
+    (1, 4, 8, 8, 4, 3, 3, 2, 1, 1, 4),
+    (1, 2, 5, 5, 2, 1, 1, 1, 0, 1, 1),
+]
+
+
+def _conv_ids(c):
+    return "N{}C{}H{}W{}K{}R{}S{}-s{}p{}d{}g{}".format(*c)
+
+
+def _conv_problem(cfg):
+    N, C, H, W, K, R, S, stride, padding, dilation, groups = cfg
+    X, Wt = ph((N, C, H, W), "X"), ph((K, C // groups, R, S), "W")
+    Y = bench.conv2d(X, Wt, stride, padding, dilation, groups)
+    Hd = ph(Y.shape, "H")
+    return X, Wt, Y, Hd, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+@pytest.mark.parametrize("cfg", CONVS, ids=_conv_ids)
+@pytest.mark.parametrize("which", ["forward", "input grad", "weight grad"])
+def test_conv(cfg, which):
+    X, Wt, Y, Hd, kw = _conv_problem(cfg)
+    if which == "forward":
+        t = Y
+    elif which == "input grad":
+        if kw["stride"] > 1 and kw["dilation"] > 1:
+            pytest.skip("not written by hand")
+        t = bench.conv2d_input_grad(Hd, Wt, X.shape, **kw)
+    else:
+        t = bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)
+    assert_matches(t, "contraction")
+
+
+@pytest.mark.parametrize("cfg", CONVS, ids=_conv_ids)
+def test_conv_handwritten_forms_match_torch(cfg):
+    """The hand-written gather forms (used by the benchmark) are the true gradients."""
+    torch = pytest.importorskip("torch")
+    X, Wt, Y, Hd, kw = _conv_problem(cfg)
+    if kw["stride"] > 1 and kw["dilation"] > 1:
+        pytest.skip("not written by hand")
+    dX = bench.conv2d_input_grad(Hd, Wt, X.shape, **kw)
+    dW = bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)
+    rng = np.random.default_rng(1)
+    x, w, h = (rng.standard_normal(p.shape) for p in (X, Wt, Hd))
+    y, dx, dw = tg.build([X, Wt, Hd], [Y, dX, dW])(x, w, h)
+    tx, tw = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    ty = torch.nn.functional.conv2d(tx, tw, **kw)
+    gx, gw = torch.autograd.grad(ty, [tx, tw], torch.tensor(h))
+    for got, want in ((y, ty.detach()), (dx, gx), (dw, gw)):
+        np.testing.assert_allclose(got, want.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_strided_input_grad_is_split_by_residue():
+    """Stride 2: four residue classes of (y, x), each an affine contraction; no %-guards
+    are evaluated per element and nothing is zero-dilated."""
+    _, Wt, _, Hd, kw = _conv_problem(CONVS[1])
+    dX = bench.conv2d_input_grad(Hd, Wt, (2, 3, 8, 8), **kw)
+    c = match_contraction(dX)
+    assert c is not None and c.split == "residue" and len(c.pieces) == 4 and c.covers
+    # taps per class: t in {0} or {0, 1} (the guard p + 2t < 3 shrank the range)
+    taps = sorted(np.prod([hi - lo + 1 for v, lo, hi in p.ranges if v in p.red_vars]) // 4
+                  for p in c.pieces)
+    assert taps == [1, 2, 2, 4]
+
+
+def test_grouped_conv_uses_one_aligned_piece():
+    X, Wt, Y, _, _ = _conv_problem(CONVS[5])
+    c = match_contraction(Y)
+    assert c is not None and c.split == "aligned" and len(c.pieces) == 1
+
+
+def test_gradient_of_conv_plans_contractions():
+    """tg.gradient's own output, whatever form the simplifier gives, computes the same
+    as the reference; gather forms become contractions."""
+    X, Wt, Y, Hd, _ = _conv_problem(CONVS[1])
+    for g in tg.gradient(Y, [X, Wt], head=Hd):
+        arrays = feed_for(g)
+        got, kind = run_planned(g, arrays)
+        np.testing.assert_allclose(got, evaluate_compute(g, arrays), rtol=1e-10, atol=1e-10)
+
+
+# --- not contractions -----------------------------------------------------------------------
+
+
+def coupled_condition():
+    A, B = ph((4, 5), "A"), ph((5, 3), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k, where=i + k < 4),
+                      name="C")
+
+
+def stronger_guard():
+    """A guard stricter than the padding (1 <= i + k - 1) must not be dropped."""
+    A, B = ph((4, 6), "A"), ph((6, 3), "B")
+    k = tg.reduce_axis(3, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(
+        tg.if_then_else(tg.all(1 <= i + k - 1, i + k - 1 < 4), A[i, i + k - 1], 0.0) * B[k, j],
+        axis=k), name="C")
+
+
+def nonlinear_factor():
+    A, B = ph((4, 5), "A"), ph((5, 3), "B")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4, 3), lambda i, j: tg.sum(tg.exp(A[i, k]) * B[k, j], axis=k), name="C")
+
+
+def max_reduction():
+    A = ph((4, 5), "A")
+    k = tg.reduce_axis(5, "k")
+    return tg.compute((4,), lambda i: tg.max(A[i, k], axis=k), name="M")
+
+
+GENERAL = {
+    "condition coupling two variables": coupled_condition,
+    "guard stronger than padding": stronger_guard,
+    "non-linear factor": nonlinear_factor,
+    "max reduction": max_reduction,
+}
+
+
+@pytest.mark.parametrize("case", list(GENERAL))
+def test_general_fallback(case):
+    assert_matches(GENERAL[case](), "general")
+
+
+# --- scatter ------------------------------------------------------------------------------
+
+
+def clamp_scatter():
+    """Gradient of Y[i, c] = X[clamp(i - 1), c] (edge padding), in scatter form."""
+    Hd = ph((9, 3), "H")
+    i = tg.reduce_axis(9, "i")
+    return tg.compute((7, 3), lambda j0, c: tg.sum(
+        Hd[i, c], axis=i, where=tg.equal(tg.minimum(tg.maximum(i - 1, 0), 6), j0)), name="dX")
+
+
+def reflect_scatter():
+    """Reflect padding: index |i - 2| pinned to j0, weighted by a second factor."""
+    Hd, v = ph((8,), "H"), ph((8,), "v")
+    i = tg.reduce_axis(8, "i")
+    return tg.compute((6,), lambda j0: tg.sum(
+        Hd[i] * v[i], axis=i, where=tg.equal(tg.abs(i - 2), j0)), name="dX")
+
+
+def embedding_scatter():
+    """dW[j0, j1] = sum_{n, d} H[n, d] where idx[n] == j0 && d == j1 (duplicates in idx)."""
+    Hd = ph((10, 4), "H")
+    idx = ph((10,), "idx", "int64")
+    n, d = tg.reduce_axis(10, "n"), tg.reduce_axis(4, "d")
+    return tg.compute((4, 4), lambda j0, j1: tg.sum(
+        Hd[n, d], axis=[n, d], where=tg.all(tg.equal(idx[n], j0), tg.equal(d, j1))), name="dW")
+
+
+def scatter_with_rest():
+    """A pinned axis plus a remaining condition on the grid and a value using j0."""
+    Hd = ph((6, 5), "H")
+    b = ph((5,), "b")
+    i = tg.reduce_axis(6, "i")
+    return tg.compute((5, 5), lambda j0, c: tg.sum(
+        Hd[i, c] * b[j0], axis=i,
+        where=tg.all(tg.equal(tg.minimum(i, 4), j0), i + c < 8)), name="dX")
+
+
+SCATTERS = {
+    "clamp": clamp_scatter,
+    "reflect": reflect_scatter,
+    "data-dependent index with duplicates": embedding_scatter,
+    "remaining condition, value uses the pinned axis": scatter_with_rest,
+}
+
+
+@pytest.mark.parametrize("case", list(SCATTERS))
+def test_scatter(case):
+    assert_matches(SCATTERS[case](), "scatter")
+
+
+def test_scatter_duplicates_accumulate():
+    t = embedding_scatter()
+    arrays = feed_for(t)
+    idx = np.array([0, 1, 1, 3, 3, 3, 0, 2, 2, 1])
+    arrays[next(p for p in arrays if p.name == "idx")] = idx
+    got, kind = run_planned(t, arrays)
+    h = arrays[next(p for p in arrays if p.name == "H")]
+    want = np.zeros((4, 4))
+    np.add.at(want, idx, h)
+    assert kind == "scatter"
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_scatter_chunks(monkeypatch):
+    import tegrad.backends.numpy_kernels as nk
+
+    monkeypatch.setattr(nk, "GRID_LIMIT", 7)
+    for case in SCATTERS.values():
+        assert_matches(case(), "scatter")
+
+
+def test_regions_cover_the_grid():
+    for extents, limit in (([5, 7, 3], 10), ([4, 4], 100), ([3, 50], 7), ([2, 0, 3], 4)):
+        seen = np.zeros(extents, dtype=int)
+        for r in _regions(extents, limit):
+            assert np.prod([hi - lo for lo, hi in r]) <= max(limit, 1)
+            seen[tuple(slice(lo, hi) for lo, hi in r)] += 1
+        assert (seen == 1).all()
+
+
+# --- residue normaliser -------------------------------------------------------------------
+
+
+def test_normalize_residues():
+    q = tg.Var.fresh("q", 0, 10)
+    t = tg.Var.fresh("t", 0, 2)
+    e = ((2 * q + 1) + 1) // 2 - t
+    assert repr(normalize(e)) == repr(q + 1 - t)
+    assert repr(normalize((2 * q + 3) % 2 + 2 * t < 3)) == repr(normalize(1 + 2 * t < 3))
+    assert repr(normalize(tg.equal((4 * q + 2) % 2, 0))) == "true"
+    r = tg.Var.fresh("r", 0, 3)
+    assert repr(normalize((3 * q + r) // 3)) == "q"  # r in [0, 3): stays in its block
+    stuck = (3 * q + r + 1) // 3  # r + 1 in [1, 4): crosses a block
+    assert isinstance(normalize(stuck), Binary) and normalize(stuck).op == "floordiv"
+
+
+def test_split_axes_counts_pieces():
+    y = tg.Var.fresh("y", 0, 8)
+    t = tg.Var.fresh("t", 0, 2)
+    pieces = split_axes([y], [t], [(y + 1) // 2 - t, (y + 1) % 2 + 2 * t])
+    assert len(pieces) == 2 and all(p.kind == "residue" for p in pieces)
+    assert sorted(p.out_index[0][1] for p in pieces) == [0, 1]
+
+
+# --- random programs ------------------------------------------------------------------------
+
+try:
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    try:
+        from .programs import programs
+    except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+        from programs import programs
+except ImportError:  # pragma: no cover - hypothesis ships with the test extra
+    given = None
+
+
+if given is not None:
+
+    @given(programs(), st.integers(0, 2**32 - 1))
+    def test_every_kernel_agrees_with_the_reference(program, seed):
+        """Each kernel of the plan of a random program and of its gradients (contraction,
+        scatter or general) equals ``evaluate_compute`` on the same inputs."""
+        rng = np.random.default_rng(seed)
+        head = tg.placeholder(program.output.shape, F64, name="H")
+        outputs = [program.output]
+        try:
+            outputs += tg.gradient(program.output, program.inputs, head=head)
+            kernels = plan(outputs).kernels
+        except (tg.IRError, tg.NotDifferentiableError, NotImplementedError):
+            kernels = plan([program.output]).kernels  # the simplifier's business, not ours
+        arrays = {p: rng.standard_normal(p.shape) for p in (*program.inputs, head)}
+        for k in kernels:
+            want = evaluate_compute(k.tensor, arrays)
+            got = run_kernel(k, arrays, evaluate_compute)
+            scale = max(1.0, float(np.abs(want).max(initial=0.0)))
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * scale,
+                                       err_msg=f"{k.kind} kernel of\n{k.tensor}")
+            arrays[k.tensor] = want
+
+
+@pytest.mark.parametrize("knob", ["parallel copies", "blocked GEMMs"])
+def test_large_problem_paths(monkeypatch, knob):
+    """Copies split over threads and GEMMs made in blocks (along a batch axis, or along a
+    reduced axis with the blocks added up) give the same values; forced on small arrays."""
+    import tegrad.backends.numpy_kernels as nk
+
+    if knob == "parallel copies":
+        monkeypatch.setattr(nk, "PARALLEL_COPY_MIN", 1)
+        monkeypatch.setattr(nk, "_THREADS", 3)
+    else:
+        monkeypatch.setattr(nk, "BLOCK_ELEMENTS", 16)
+    for cfg in CONVS[:3] + CONVS[5:6]:
+        X, Wt, Y, Hd, kw = _conv_problem(cfg)
+        for t in (Y, bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw),
+                  bench.conv2d_input_grad(Hd, Wt, X.shape, **kw)):
+            assert_matches(t, "contraction")
+    for case in ("uneven residue classes", "batched matmul", "matmul dB", "three operands"):
+        assert_matches(CONTRACTIONS[case](), "contraction")
+
+
+@pytest.mark.parametrize("which", ["forward", "weight grad"])
+def test_row_widening_is_exercised(which):
+    """Stride-1 windows widen x to the padded row (output x: dropped columns; reduced x:
+    cancelled by the zero-padded head). The conv tests above check the values."""
+    X, Wt, Y, Hd, kw = _conv_problem(CONVS[0])
+    t = Y if which == "forward" else bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)
+    p = match_contraction(t).pieces[0]
+    wide = p.widen
+    assert wide is not None and wide[0].name == "x" and wide[1] == 8
+    assert (wide[0] in p.out_vars) == (which == "forward")
+
+
+def test_widening_keeps_zeros_beyond_a_wider_tensor():
+    """The zero-padded factor that cancels the widened columns is wider than the columns
+    the sum reads (H has 9, x runs over 6): its extra columns must not be copied."""
+    X, Hd = ph((2, 3, 7, 6), "X"), ph((2, 4, 7, 9), "H")
+    n, y, x = tg.reduce_axis(2, "n"), tg.reduce_axis(7, "y"), tg.reduce_axis(6, "x")
+
+    def body(k, c, r, s):
+        h, w = y + r - 1, x + s - 1
+        read = tg.if_then_else(tg.all(0 <= h, h < 7, 0 <= w, w < 6), X[n, c, h, w], 0.0)
+        return tg.sum(Hd[n, k, y, x] * read, axis=[n, y, x])
+
+    t = tg.compute((4, 3, 3, 3), body, name="dW")
+    assert match_contraction(t).pieces[0].widen is not None
+    assert_matches(t, "contraction")
+
+
+if given is not None:
+    from hypothesis import settings
+
+    @st.composite
+    def conv_configs(draw):
+        groups = draw(st.sampled_from([1, 1, 2]))
+        stride, dilation = draw(st.integers(1, 3)), draw(st.integers(1, 2))
+        if stride > 1:
+            dilation = 1
+        r, s = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+        padding = draw(st.integers(0, 2))
+        h = draw(st.integers(dilation * (r - 1) + 1, 9))
+        w = draw(st.integers(dilation * (s - 1) + 1, 9))
+        c, k = groups * draw(st.integers(1, 3)), groups * draw(st.integers(1, 3))
+        return (draw(st.integers(1, 2)), c, h, w, k, r, s, stride, padding, dilation, groups)
+
+    @settings(max_examples=60)
+    @given(conv_configs(), st.sampled_from(["forward", "input grad", "weight grad"]))
+    def test_random_convolutions(cfg, which):
+        """Random shapes, strides, paddings, dilations and groups: always a contraction
+        (residue-split, widened or blocked as it comes), equal to the reference."""
+        X, Wt, Y, Hd, kw = _conv_problem(cfg)
+        t = {"forward": lambda: Y,
+             "input grad": lambda: bench.conv2d_input_grad(Hd, Wt, X.shape, **kw),
+             "weight grad": lambda: bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)}[which]()
+        assert_matches(t, "contraction")
