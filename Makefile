@@ -16,7 +16,7 @@ run: setup
 	$(BIN)/python examples/tour.py
 
 test: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest
 
 fuzz: setup
