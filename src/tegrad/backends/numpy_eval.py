@@ -24,6 +24,7 @@ import numpy as np
 
 from ..ir.bounds import is_pure_index
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.numpy_ops import BINARY, UNARY
 from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, walk
 from ..ir.verify import split_conjunction
@@ -31,58 +32,6 @@ from ..ir.verify import split_conjunction
 GRID_LIMIT = 1 << 23
 
 
-def _sigmoid(x):
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
-
-
-def _erf(x):
-    try:
-        from scipy.special import erf
-    except ImportError:  # pragma: no cover - scipy ships with the test extra
-        import math as m
-
-        return np.vectorize(m.erf, otypes=[x.dtype])(x)
-    return erf(x)
-
-
-UNARY = {
-    "exp": np.exp,
-    "log": np.log,
-    "log1p": np.log1p,
-    "expm1": np.expm1,
-    "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1 / np.sqrt(x),
-    "tanh": np.tanh,
-    "sigmoid": _sigmoid,
-    "sin": np.sin,
-    "cos": np.cos,
-    "erf": _erf,
-    "neg": np.negative,
-    "abs": np.abs,
-    "sign": np.sign,
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "round": np.round,
-    "not": np.logical_not,
-}
-BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "floordiv": np.floor_divide,
-    "floormod": np.mod,
-    "pow": np.power,
-    "max": np.maximum,
-    "min": np.minimum,
-    "lt": np.less,
-    "le": np.less_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "and": np.logical_and,
-    "or": np.logical_or,
-}
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from .numpy_ops import BINARY
 
 Interval = tuple[int, int] | None
 ENUMERATION_LIMIT = 1 << 21
@@ -72,6 +73,19 @@ def _binary(e: Binary, ranges) -> Interval:
     return None
 
 
+def form_interval(coeffs: dict, k: int) -> Interval:
+    """Interval of the affine form ``k + sum c * atom`` (see ``ir/affine.py``)."""
+    lo = hi = k
+    for atom, c in coeffs.items():
+        iv = interval(atom)
+        if iv is None:
+            return None
+        a, b = c * iv[0], c * iv[1]
+        lo += min(a, b)
+        hi += max(a, b)
+    return lo, hi
+
+
 def is_pure_index(e: Expr) -> bool:
     """True when ``e`` depends only on variables (no reads, no reductions, no floats)."""
     from .traverse import walk
@@ -90,23 +104,6 @@ def grid_values(e: Expr, variables: list[Var]) -> np.ndarray:
     return np.broadcast_to(_eval(e, env, {}), [v.extent for v in variables])
 
 
-_NP = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "floordiv": np.floor_divide,
-    "floormod": np.mod,
-    "max": np.maximum,
-    "min": np.minimum,
-    "lt": np.less,
-    "le": np.less_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "and": np.logical_and,
-    "or": np.logical_or,
-}
-
-
 def _eval(e: Expr, env: dict, memo: dict) -> np.ndarray:
     hit = memo.get(e)
     if hit is not None:
@@ -123,11 +120,11 @@ def _eval(e: Expr, env: dict, memo: dict) -> np.ndarray:
         out = np.logical_not(_eval(e.a, env, memo))
     elif isinstance(e, Select):
         out = np.where(_eval(e.cond, env, memo), _eval(e.a, env, memo), _eval(e.b, env, memo))
-    elif isinstance(e, Binary) and e.op in _NP:
+    elif isinstance(e, Binary) and e.op in BINARY:
         a, b = _eval(e.a, env, memo), _eval(e.b, env, memo)
         if e.op in ("floordiv", "floormod"):
             b = np.where(b == 0, 1, b)
-        out = _NP[e.op](a, b)
+        out = BINARY[e.op](a, b)
     else:
         raise ValueError(f"not a pure index expression: {e!r}")
     memo[e] = out

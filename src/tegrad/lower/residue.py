@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from ..ir import dtype as dt
 from ..ir.affine import Form, build, linearize
-from ..ir.bounds import interval
+from ..ir.bounds import form_interval
 from ..ir.expr import Binary, Const, Expr, Select, Unary, Var, const
 from ..ir.traverse import free_vars, substitute, transform, walk
 
@@ -187,18 +187,6 @@ def _divisor(x: Expr) -> int | None:
             and dt.is_int(x.b.dtype) and int(x.b.value) > 0):
         return int(x.b.value)
     return None
-
-
-def form_interval(coeffs: dict[Expr, int], k: int) -> tuple[int, int] | None:
-    lo = hi = k
-    for atom, c in coeffs.items():
-        iv = interval(atom)
-        if iv is None:
-            return None
-        a, b = c * iv[0], c * iv[1]
-        lo += min(a, b)
-        hi += max(a, b)
-    return lo, hi
 
 
 def _rewrite(x: Expr) -> Expr | None:

@@ -21,8 +21,9 @@ import numpy as np
 
 from ..ir import dtype as dt
 from ..ir.affine import build, linearize
-from ..ir.bounds import interval
+from ..ir.bounds import form_interval, interval
 from ..ir.expr import Binary, Cast, Const, Expr, Reduce, Select, Unary, const
+from ..ir.numpy_ops import BINARY, UNARY
 
 TRUE = const(True)
 FALSE = const(False)
@@ -30,18 +31,6 @@ FALSE = const(False)
 
 def is_const(e: Expr, value=None) -> bool:
     return isinstance(e, Const) and (value is None or e.value == value)
-
-
-def form_interval(coeffs: dict, k: int):
-    lo = hi = k
-    for atom, c in coeffs.items():
-        iv = interval(atom)
-        if iv is None:
-            return None
-        a, b = c * iv[0], c * iv[1]
-        lo += min(a, b)
-        hi += max(a, b)
-    return lo, hi
 
 
 def fold(e: Expr) -> Expr | None:
@@ -61,25 +50,6 @@ def fold(e: Expr) -> Expr | None:
     return None
 
 
-_NUMPY_BINARY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "div": np.divide,
-    "pow": np.power,
-    "max": np.maximum,
-    "min": np.minimum,
-    "lt": np.less,
-    "le": np.less_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "and": np.logical_and,
-    "or": np.logical_or,
-    "floordiv": np.floor_divide,
-    "floormod": np.mod,
-}
-
-
 def _const_binary(e: Binary) -> Expr | None:
     if not (isinstance(e.a, Const) and isinstance(e.b, Const)):
         return None
@@ -88,7 +58,7 @@ def _const_binary(e: Binary) -> Expr | None:
     with np.errstate(all="ignore"):
         a = np.asarray(e.a.value, dtype=e.a.dtype)
         b = np.asarray(e.b.value, dtype=e.b.dtype)
-        v = _NUMPY_BINARY[e.op](a, b)
+        v = BINARY[e.op](a, b)
     value = v.item()
     if isinstance(value, float) and not math.isfinite(value):
         return None
@@ -250,8 +220,6 @@ def fold_unary(e: Unary) -> Expr | None:
             return Binary("le" if a.op == "lt" else "lt", a.b, a.a, "bool")
     if isinstance(a, Const) and e.op in ("exp", "log", "sqrt", "abs", "sign", "tanh"):
         with np.errstate(all="ignore"):
-            from ..backends.numpy_eval import UNARY  # noqa: PLC0415 - tiny, pure numpy table
-
             v = UNARY[e.op](np.asarray(a.value, dtype=a.dtype)).item()
         if isinstance(v, float) and math.isfinite(v):
             return const(v, e.dtype)

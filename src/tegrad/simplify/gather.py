@@ -58,7 +58,7 @@ from ..ir.expr import (
     split_conjunction,
 )
 from ..ir.traverse import free_vars, substitute
-from .algebra import FALSE, cancel_common, form_interval, is_const
+from .algebra import FALSE, cancel_common, is_const
 
 MAX_STEPS = 64
 
@@ -456,4 +456,4 @@ def separate_sums(
     return sums
 
 
-__all__ = ["solve_sum", "form_interval"]
+__all__ = ["solve_sum"]
