@@ -144,10 +144,10 @@ def others_differ(ren: dict[Var, Var]) -> Expr:
 
 
 @functools.cache
-def fold_except(r: Reduce, source: Expr | None = None) -> Expr:
+def fold_except(r: Reduce) -> Expr:
     """The reduction ``r`` over every point of its axes but the current one."""
     ren = fresh_copy(r.axes)
-    src = substitute(source if source is not None else r.source, ren)
+    src = substitute(r.source, ren)
     where = others_differ(ren)
     if r.where is not None:
         where = binary("and", substitute(r.where, ren), where)
