@@ -46,6 +46,7 @@ from ..ir.expr import (
     cast,
     conjunction,
     const,
+    node_memo,
     split_conjunction,
 )
 from ..ir.tensor import Compute, Tensor, make_compute
@@ -143,7 +144,22 @@ def others_differ(ren: dict[Var, Var]) -> Expr:
     return out
 
 
-@functools.cache
+def per_node(fn):
+    """Memoise ``fn(r, *rest)`` on the node ``r`` (so equal calls give one node, and the
+    result goes when ``r`` goes)."""
+
+    @functools.wraps(fn)
+    def wrapper(r, *rest):
+        memo = node_memo(r)
+        key = (fn.__name__, *rest)
+        if key not in memo:
+            memo[key] = fn(r, *rest)
+        return memo[key]
+
+    return wrapper
+
+
+@per_node
 def fold_except(r: Reduce) -> Expr:
     """The reduction ``r`` over every point of its axes but the current one."""
     ren = fresh_copy(r.axes)
@@ -154,7 +170,7 @@ def fold_except(r: Reduce) -> Expr:
     return Reduce(r.combiner, src, tuple(ren.values()), where, r.dtype)
 
 
-@functools.cache
+@per_node
 def count_ties(r: Reduce) -> Expr:
     """#{k' : source(k') == r}, computed over a fresh copy of the axes."""
     ren = fresh_copy(r.axes)
@@ -163,7 +179,7 @@ def count_ties(r: Reduce) -> Expr:
     return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
 
 
-@functools.cache
+@per_node
 def stored_extreme(r: Reduce, guards: tuple[Expr, ...] = ()) -> Reduce:
     """``r`` (a max or min) over stored copies of its source values.
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from . import dtype as dt
 
-_INTERN: dict[tuple, Any] = {}
+# Weak values: a node lives as long as something uses it, then leaves the table.
+_INTERN: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _UIDS = itertools.count(1)
 
 
@@ -46,11 +48,19 @@ class Interned(type):
 
 
 def _key_of(value: object) -> object:
+    # Child nodes by identity: the table must not keep them alive (a node keeps its own
+    # children alive through its fields, and dies, leaving the table, before they do).
+    if isinstance(type(value), Interned):
+        return ("node", id(value))
+    if isinstance(value, tuple):
+        return tuple(_key_of(v) for v in value)
     # floats by bit pattern: 0.0 and -0.0 differ, nan equals nan
     if isinstance(value, float):
         return ("f", value.hex() if not math.isnan(value) else "nan")
     if isinstance(value, bool):
         return ("b", value)
+    if callable(value):
+        return ("fn", id(value))
     return value
 
 
@@ -59,6 +69,7 @@ class Expr(metaclass=Interned):
 
     __slots__ = ()
     dtype: str
+    memo: dict | None
 
     # arithmetic -------------------------------------------------------------
     def __add__(self, other):
@@ -132,7 +143,7 @@ class Expr(metaclass=Interned):
         return format_expr(self)
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Var(Expr):
     """An index variable ranging over [lo, lo + extent); also the formal parameters of
     custom reducers (then float-typed, with no range)."""
@@ -142,6 +153,7 @@ class Var(Expr):
     dtype: str = dt.INDEX
     lo: int = 0
     extent: int | None = None
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
     @staticmethod
     def fresh(name: str, lo: int = 0, extent: int | None = None, dtype: str = dt.INDEX) -> Var:
@@ -162,49 +174,55 @@ class Var(Expr):
         return (self.lo, self.lo + self.extent)
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Const(Expr):
     value: Any
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Read(Expr):
     tensor: Any  # tegrad.ir.tensor.Tensor
     indices: tuple[Expr, ...]
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Unary(Expr):
     op: str
     a: Expr
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Binary(Expr):
     op: str
     a: Expr
     b: Expr
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Select(Expr):
     cond: Expr
     a: Expr
     b: Expr
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Cast(Expr):
     a: Expr
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class Combiner(metaclass=Interned):
     """How a reduction combines values.
 
@@ -242,7 +260,7 @@ def _int_limit(dtype: str) -> int:
     return (1 << 31) - 1 if dtype == "int32" else (1 << 63) - 1
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Reduce(Expr):
     """``combiner`` over ``source`` for every point of ``axes`` where ``where`` holds.
 
@@ -256,6 +274,7 @@ class Reduce(Expr):
     axes: tuple[Var, ...]
     where: Expr | None
     dtype: str
+    memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
 SUM = Combiner("sum", "sum")
@@ -399,6 +418,16 @@ def select(cond: object, a: object, b: object) -> Expr:
     b = as_expr(b, a)
     out = dt.promote(a.dtype, b.dtype)
     return Select(cond, cast(a, out), cast(b, out), out)
+
+
+def node_memo(e: Expr) -> dict:
+    """A per-node dictionary for facts derived from it (free variables, simplified form,
+    ...). Kept on the node, so it goes when the node goes."""
+    m = e.memo
+    if m is None:
+        m = {}
+        object.__setattr__(e, "memo", m)
+    return m
 
 
 def conjunction(conds) -> Expr | None:

@@ -104,7 +104,7 @@ class Tensor(metaclass=Interned):
         return f"<tensor {self.name} {self.shape} {self.dtype}>"
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Placeholder(Tensor):
     shape: tuple[int, ...]
     dtype: str
@@ -112,7 +112,7 @@ class Placeholder(Tensor):
     uid: int
 
 
-@dataclass(frozen=True, slots=True, eq=False, repr=False)
+@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Compute(Tensor):
     shape: tuple[int, ...]
     axes: tuple[Var, ...]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, node_memo
 from .tensor import Compute, Tensor
 
 
@@ -48,12 +48,10 @@ def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
     raise TypeError(f"not an expression node: {e!r}")
 
 
-_FREE: dict[Expr, frozenset[Var]] = {}
-
-
 def free_vars(e: Expr) -> frozenset[Var]:
     """Variables of ``e`` not bound by a reduction inside it."""
-    hit = _FREE.get(e)
+    memo = node_memo(e)
+    hit = memo.get("free")
     if hit is not None:
         return hit
     if isinstance(e, Var):
@@ -62,7 +60,7 @@ def free_vars(e: Expr) -> frozenset[Var]:
         out = frozenset().union(*(free_vars(c) for c in children(e)))
         if isinstance(e, Reduce):
             out = out - frozenset(e.axes)
-    _FREE[e] = out
+    memo["free"] = out
     return out
 
 

@@ -13,19 +13,17 @@ copies, and every consumer (evaluator, op counter, printer) sees one node.
 
 from __future__ import annotations
 
-from ..ir.expr import Expr, Reduce, Var, fresh_uid
+from ..ir.expr import Expr, Reduce, Var, fresh_uid, node_memo
 from ..ir.traverse import children, substitute, transform
 
 _CANONICAL: dict[tuple, Var] = {}
-_HEIGHT: dict[Expr, int] = {}
-
-
 def height(e: Expr) -> int:
-    hit = _HEIGHT.get(e)
+    memo = node_memo(e)
+    hit = memo.get("height")
     if hit is None:
         below = max((height(c) for c in children(e)), default=0)
         hit = below + 1 if isinstance(e, Reduce) else below
-        _HEIGHT[e] = hit
+        memo["height"] = hit
     return hit
 
 

@@ -2,14 +2,14 @@
 
 ``simplify_expr`` rewrites bottom-up with the local rules of ``algebra.py`` and turns
 every floating-point sum into gather form with ``gather.py``, repeating until nothing
-changes (at most ``MAX_PASSES`` passes). Results are memoised by node (nodes are
+changes (at most ``MAX_PASSES`` passes). Results are memoised on the node (nodes are
 interned), so simplifying the same sub-expression twice is free.
 """
 
 from __future__ import annotations
 
 from ..ir import dtype as dt
-from ..ir.expr import Expr, Read, Reduce
+from ..ir.expr import Expr, Read, Reduce, node_memo
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import topo_tensors, transform
 from .algebra import fold
@@ -18,7 +18,6 @@ from .gather import solve_sum
 from .reuse import reuse_computed
 
 MAX_PASSES = 4
-_MEMO: dict[Expr, Expr] = {}
 
 
 def _rule(e: Expr) -> Expr | None:
@@ -36,7 +35,8 @@ def _rule(e: Expr) -> Expr | None:
 
 
 def simplify_expr(e: Expr) -> Expr:
-    hit = _MEMO.get(e)
+    memo = node_memo(e)
+    hit = memo.get("simplified")
     if hit is not None:
         return hit
     out = e
@@ -45,8 +45,8 @@ def simplify_expr(e: Expr) -> Expr:
         if nxt is out:
             break
         out = nxt
-    _MEMO[e] = out
-    _MEMO[out] = out
+    memo["simplified"] = out
+    node_memo(out)["simplified"] = out
     return out
 
 
