@@ -22,6 +22,7 @@ from ..ir.expr import SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unar
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import children, substitute, topo_tensors
 from .partials import partial
+from .reductions import fresh_copy, reduce_partial
 
 
 def tangent_of_expr(e: Expr, leaf: Callable[[Expr], Expr | None]) -> Expr:
@@ -72,8 +73,6 @@ def tangent_of_expr(e: Expr, leaf: Callable[[Expr], Expr | None]) -> Expr:
 
 
 def reduce_tangent(r: Reduce, go) -> Expr | None:
-    from .reverse import fresh_copy, reduce_partial
-
     d = go(r.source)
     if d is None:
         return None

@@ -13,19 +13,12 @@ equations for the reduce variables (scatter to gather). Adjoints of tensors read
 several computes, or read several times, are summed.
 
 ``dB/dX[...]`` comes from reverse accumulation over the body, one scope at a time: a
-reduction's source is its own scope, whose free variables include the reduction axes.
-  sum:      x_bar(k) = y_bar
-  max/min:  x_bar(k) = y_bar [x(k) = y] / #{k' : x(k') = y}      (ties share equally)
-  prod:     x_bar(k) = y_bar prod_{k' != k} x(k')
-  custom:   x_bar(k) = y_bar d(combine)/d(rhs)(fold_{k' != k} x(k'), x(k))
-  argmax/argmin: integer valued, no adjoint.
-The prod and custom rules reduce over a fresh copy of the axes with ``k' != k``, so they
-are exact at zeros, at the cost of one extra pass over the axis per element.
+reduction's source is its own scope, whose free variables include the reduction axes;
+``reductions.py`` gives each reduction's derivative with respect to its source.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -46,7 +39,6 @@ from ..ir.expr import (
     cast,
     conjunction,
     const,
-    node_memo,
     split_conjunction,
 )
 from ..ir.tensor import Compute, Tensor, make_compute
@@ -59,6 +51,7 @@ from ..ir.traverse import (
     transform,
 )
 from .partials import partial
+from .reductions import fresh_copy, reduce_partial, zero
 
 
 @dataclass(frozen=True)
@@ -69,10 +62,6 @@ class Term:
     adjoint: Expr
     axes: tuple[Var, ...]  # variables free in adjoint: compute axes, then reduce axes
     conds: tuple[Expr, ...]
-
-
-def zero(dtype: str) -> Const:
-    return const(0, dtype)
 
 
 def is_zero(e: Expr | None) -> bool:
@@ -129,107 +118,6 @@ def scope_order(root: Expr) -> list[Expr]:
             stack.extend((ch, False) for ch in children(x))
     order.reverse()
     return order
-
-
-def fresh_copy(axes) -> dict[Var, Var]:
-    return {a: Var.fresh(a.name, a.lo, a.extent) for a in axes}
-
-
-def others_differ(ren: dict[Var, Var]) -> Expr:
-    """Some fresh axis differs from its original: the point is not the current one."""
-    out = None
-    for old, new in ren.items():
-        d = binary("ne", new, old)
-        out = d if out is None else binary("or", out, d)
-    return out
-
-
-def per_node(fn):
-    """Memoise ``fn(r, *rest)`` on the node ``r`` (so equal calls give one node, and the
-    result goes when ``r`` goes)."""
-
-    @functools.wraps(fn)
-    def wrapper(r, *rest):
-        memo = node_memo(r)
-        key = (fn.__name__, *rest)
-        if key not in memo:
-            memo[key] = fn(r, *rest)
-        return memo[key]
-
-    return wrapper
-
-
-@per_node
-def fold_except(r: Reduce) -> Expr:
-    """The reduction ``r`` over every point of its axes but the current one."""
-    ren = fresh_copy(r.axes)
-    src = substitute(r.source, ren)
-    where = others_differ(ren)
-    if r.where is not None:
-        where = binary("and", substitute(r.where, ren), where)
-    return Reduce(r.combiner, src, tuple(ren.values()), where, r.dtype)
-
-
-@per_node
-def count_ties(r: Reduce) -> Expr:
-    """#{k' : source(k') == r}, computed over a fresh copy of the axes."""
-    ren = fresh_copy(r.axes)
-    hit = cast(binary("eq", substitute(r.source, ren), r), r.dtype)
-    where = None if r.where is None else substitute(r.where, ren)
-    return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
-
-
-@per_node
-def stored_extreme(r: Reduce, guards: tuple[Expr, ...] = ()) -> Reduce:
-    """``r`` (a max or min) over stored copies of its source values.
-
-    Winners are found by testing ``source(k) == max``. That test is exact only when both
-    sides come from the same stored numbers: a source recomputed elsewhere (simplified
-    differently, or summed in another order) can miss the maximum by one rounding and
-    leave no winner at all. A plain read is already stored; any other source is
-    materialised once as ``extreme.source`` (over the variables it uses), and the max is
-    taken again over that tensor. ``guards`` are the conditions under which the source
-    is read (its scope's ``where`` clauses); elsewhere the stored value is 0, unused.
-    """
-    if isinstance(r.source, Read):
-        return r
-    conds = guards + (tuple(split_conjunction(r.where)) if r.where is not None else ())
-    body = r.source if not conds else Select(conjunction(conds), r.source, zero(r.dtype), r.dtype)
-    order = sorted(free_vars(body), key=lambda v: v.uid)
-    axes = tuple(Var.fresh(v.name, 0, v.extent) for v in order)
-    shift = {v: a + v.lo if v.lo else a for v, a in zip(order, axes, strict=True)}
-    stored = make_compute(
-        tuple(v.extent for v in order), axes, substitute(body, shift), "extreme.source"
-    )
-    values = Read(stored, tuple(v - v.lo if v.lo else v for v in order), r.dtype)
-    return Reduce(r.combiner, values, r.axes, r.where, r.dtype)
-
-
-def reduce_partial(r: Reduce, guards: tuple[Expr, ...] = ()) -> Expr | None:
-    """d r / d source(k), an expression in the reduction's axes."""
-    kind = r.combiner.kind
-    one = const(1, r.dtype)
-    if kind == "sum":
-        return one
-    if kind in ("max", "min"):
-        exact = stored_extreme(r, guards)
-        hit = Select(binary("eq", exact.source, exact), one, zero(r.dtype), r.dtype)
-        return binary("div", hit, count_ties(exact))
-    if kind == "prod":
-        return fold_except(r)
-    if kind == "custom":
-        comb = r.combiner
-        rest = fold_except(r)
-        d_rhs = partial_wrt_var(comb.combine, comb.rhs)
-        return substitute(d_rhs, {comb.lhs: rest, comb.rhs: r.source})
-    return None
-
-
-def partial_wrt_var(e: Expr, v: Var) -> Expr:
-    """d e / d v for a scalar expression of a float variable (custom reducers)."""
-    from .forward import tangent_of_expr
-
-    return tangent_of_expr(e, lambda x: const(1, v.dtype) if x is v else None)
 
 
 def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentiable) -> list[Term]:

@@ -17,6 +17,8 @@ from ..ir.expr import Expr, Reduce, Var, fresh_uid, node_memo
 from ..ir.traverse import children, substitute, transform
 
 _CANONICAL: dict[tuple, Var] = {}
+
+
 def height(e: Expr) -> int:
     memo = node_memo(e)
     hit = memo.get("height")
