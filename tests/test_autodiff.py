@@ -188,3 +188,18 @@ def test_duplicate_rule_is_refused():
 
     with pytest.raises(ValueError, match="duplicate"):
         rule("exp")(lambda e, k: e)
+
+
+def test_reused_tensor_must_cover_the_indices_it_is_read_at():
+    # found by the fuzzer: sum_j H[i, j] over i in [0, 2) was replaced by a read of a
+    # one-row tensor holding the same sum for i = 0 only
+    y = tg.placeholder((2,), "float64", name="Y")
+    t0 = tg.compute((1,), lambda i: y[i], name="T0")
+    t1 = tg.compute(
+        (2, 2), lambda i, j: y[i] + tg.if_then_else(tg.all(0 <= i, i < 1), t0[i], 0.0), name="T1"
+    )
+    head = tg.placeholder((2, 2), "float64", name="H")
+    (g,) = tg.gradient(t1, [y], head)
+    hv = RNG.standard_normal((2, 2))
+    expected = hv.sum(1) + np.array([hv[0].sum(), 0.0])
+    np.testing.assert_allclose(tg.build([head], g)(hv), expected, rtol=1e-12)

@@ -3,7 +3,9 @@ expression becomes a read of that tensor.
 
 A tensor ``T[i] = R(i)`` whose body is a reduction matches a sub-expression ``x`` when
 some index expressions ``e`` make ``R(e)`` equal to ``x`` up to renaming of bound
-variables; ``x`` is then ``T[e]``. Matching is first-order unification over the
+variables; ``x`` is then ``T[e]``, provided each ``e`` provably stays inside ``T``'s axis (a
+tensor of 1 row does not replace the same sum over 2 rows). Matching is first-order
+unification over the
 (interned) expression trees: each axis of ``T`` binds to one sub-expression, reduce axes
 correspond position by position, every other node must agree exactly. The bound index
 expressions may only use variables that are free where ``x`` stands.
@@ -14,6 +16,7 @@ out of a sum; it is exactly the normaliser that the gradient already reads as a 
 
 from __future__ import annotations
 
+from ..ir.bounds import interval
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
 from ..ir.tensor import Compute
 from ..ir.traverse import children, free_vars, tensors_read, transform
@@ -65,6 +68,10 @@ def match_tensor(t: Compute, x: Expr) -> Read | None:
     free = free_vars(x)
     if any(not free_vars(binding[a]) <= free for a in t.axes):
         return None
+    for a in t.axes:  # T[e] must stay inside T: e can only take values of T's axis
+        iv = interval(binding[a])
+        if iv is None or iv[0] < a.lo or iv[1] > a.hi:
+            return None
     return Read(t, tuple(binding[a] for a in t.axes), t.dtype)
 
 
