@@ -9,6 +9,7 @@
 """
 
 from .backends import build, evaluate
+from .check import GradCheckReport, check_gradient, check_vjp
 from .differentiate import gradient, jvp
 from .errors import GradientCheckError, IRError, NotDifferentiableError
 from .frontend.math import (
@@ -60,6 +61,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Compute",
     "Expr",
+    "GradCheckReport",
     "GradientCheckError",
     "IRError",
     "NotDifferentiableError",
@@ -74,6 +76,8 @@ __all__ = [
     "build",
     "cast",
     "ceil",
+    "check_gradient",
+    "check_vjp",
     "comm_reducer",
     "compute",
     "const",

@@ -1,0 +1,194 @@
+"""Saying where a gradient is wrong: regions in tensor coordinates, an ASCII mask, an
+error signature, and the condition of a tensor-expression backward that the region
+points to.
+
+Regions: whole slabs first (every element with ``axis a = v`` wrong, or ``axis a = r mod
+m``), then, for what remains, the index values per axis (or the coordinates, when few).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.bounds import ENUMERATION_LIMIT, grid_values, is_pure_index
+from ..ir.expr import Reduce, Select, split_conjunction
+from ..ir.printer import format_expr
+from ..ir.traverse import free_vars, walk
+
+MAX_LISTED = 8
+
+
+def describe_region(mask: np.ndarray) -> str:
+    """A sentence naming the wrong elements of ``mask`` (True = wrong)."""
+    total, count = mask.size, int(mask.sum())
+    if count == 0:
+        return "none"
+    if count == total:
+        return f"all {total} elements"
+    parts: list[str] = []
+    covered = np.zeros_like(mask)
+    grids = np.indices(mask.shape)
+    for axis, size in enumerate(mask.shape):
+        idx = grids[axis]
+        slabs = [(f"axis {axis} = {r} mod {m}", idx % m == r)
+                 for m in (2, 3) if size > m for r in range(m)]
+        slabs += [(f"axis {axis} = {v}{_position(v, size)}", idx == v) for v in range(size)]
+        for label, slab in slabs:
+            if size > 1 and mask[slab].all() and (slab & ~covered).any():
+                parts.append(label)
+                covered |= slab
+    rest = mask & ~covered
+    if rest.any():
+        parts.append(_describe_points(rest))
+    return f"{count} of {total} elements: " + " or ".join(parts)
+
+
+def _position(v: int, size: int) -> str:
+    if v == size - 1:
+        return " (the last)"
+    if v == 0:
+        return " (the first)"
+    return ""
+
+
+def _describe_points(mask: np.ndarray) -> str:
+    coords = np.argwhere(mask)
+    values = [np.unique(coords[:, axis]) for axis in range(mask.ndim)]
+    product = int(np.prod([len(v) for v in values]))
+    if len(coords) <= 2:
+        return "at " + ", ".join(str(tuple(int(c) for c in p)) for p in coords)
+    if product == len(coords):  # a box: every combination of these values
+        fixed = [f"axis {a} in {_ranges(v, mask.shape[a])}"
+                 for a, v in enumerate(values) if len(v) < mask.shape[a]]
+        return "every element with " + " and ".join(fixed)
+    if len(coords) <= MAX_LISTED:
+        return "at " + ", ".join(str(tuple(int(c) for c in p)) for p in coords)
+    per_axis = [f"axis {a} in {_ranges(v, mask.shape[a])}"
+                for a, v in enumerate(values) if len(v) < mask.shape[a]]
+    return f"{len(coords)} elements within " + (" and ".join(per_axis) or "the whole tensor")
+
+
+def _ranges(values: np.ndarray, size: int) -> str:
+    """``{0..3, 7}`` style, naming the last index."""
+    runs: list[str] = []
+    start = prev = int(values[0])
+    for v in [int(v) for v in values[1:]] + [None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        runs.append(str(start) if start == prev else f"{start}..{prev}")
+        if v is not None:
+            start = prev = v
+    text = "{" + ", ".join(runs) + "}"
+    return text + (" (the last)" if len(values) == 1 and int(values[0]) == size - 1 else "")
+
+
+def ascii_mask(mask: np.ndarray, kinks: np.ndarray | None = None, width: int = 64) -> str:
+    """The last two axes, '#' where any element over the leading axes is wrong, 'k' at an
+    accepted kink, '.' elsewhere; rows are the second-to-last axis."""
+    plane = mask if mask.ndim >= 2 else mask.reshape(1, -1)
+    lead = tuple(range(plane.ndim - 2))
+    wrong = plane.any(axis=lead) if lead else plane
+    kink = None
+    if kinks is not None and kinks.any():
+        k = kinks if kinks.ndim >= 2 else kinks.reshape(1, -1)
+        kink = k.any(axis=lead) if lead else k
+    rows = []
+    for r in range(min(wrong.shape[0], width)):
+        row = ""
+        for c in range(min(wrong.shape[1], width)):
+            row += "#" if wrong[r, c] else ("k" if kink is not None and kink[r, c] else ".")
+        rows.append(row)
+    return "\n".join(rows)
+
+
+def signature(expected: np.ndarray, received: np.ndarray, wrong: np.ndarray,
+              tol: np.ndarray) -> str:
+    """Classify the wrong elements of a gradient (arrays shaped like the input)."""
+    if not wrong.any():
+        return ""
+    e, g, t = expected[wrong], received[wrong], tol[wrong]
+    if np.all(np.abs(g) <= t) and np.any(np.abs(e) > t):
+        return "missing contribution (received 0 where the forward depends on the input)"
+    if np.all(np.abs(e) <= t):
+        return "spurious contribution (received a gradient where the forward has none)"
+    if np.all(np.abs(g + e) <= t):
+        return "sign flip (received = -expected)"
+    live = np.abs(e) > t
+    ratio = g[live] / e[live]
+    k = float(np.median(ratio))
+    if np.all(np.abs(g - k * e) <= t * (1 + abs(k))):
+        return f"constant scale (received = {k:.6g} x expected)"
+    shift = _shift(expected, received, wrong, tol)
+    if shift:
+        return shift
+    return "no simple pattern (values differ)"
+
+
+def _shift(expected, received, wrong, tol) -> str:
+    for axis, size in enumerate(expected.shape):
+        for s in (1, -1, 2, -2):
+            if size <= abs(s):
+                continue
+            moved = np.zeros_like(expected)
+            src = [slice(None)] * expected.ndim
+            dst = [slice(None)] * expected.ndim
+            if s > 0:
+                dst[axis], src[axis] = slice(0, size - s), slice(s, size)
+            else:
+                dst[axis], src[axis] = slice(-s, size), slice(0, size + s)
+            moved[tuple(dst)] = expected[tuple(src)]
+            if np.all(np.abs(received[wrong] - moved[wrong]) <= tol[wrong]):
+                return (f"shifted index (received at axis {axis} index i equals expected at "
+                        f"i {'+' if s > 0 else '-'} {abs(s)})")
+    return ""
+
+
+def worst_elements(expected, received, tol, wrong, count: int = 5) -> list[tuple]:
+    """(coordinates, expected, received, allowed error) of the largest errors relative to
+    what is allowed, among the wrong elements when there are any."""
+    score = np.abs(received - expected) / tol
+    if wrong.any():
+        score = np.where(wrong, score, -1.0)
+    order = np.argsort(score, axis=None)[::-1][:count]
+    out = []
+    for flat in order:
+        idx = np.unravel_index(flat, expected.shape)
+        if score[idx] >= 0:
+            out.append((tuple(int(i) for i in idx), float(expected[idx]),
+                        float(received[idx]), float(tol[idx])))
+    return out
+
+
+def condition_for(grad, wrong: np.ndarray) -> str:
+    """The guard of ``grad`` (a Compute) whose cut region best matches ``wrong``: for each
+    index-only conjunct ``c`` of a ``where`` or an ``if_then_else``, the output elements
+    for which ``c`` is false at some point of the reduction; reported when it overlaps
+    the wrong elements by at least half (Jaccard)."""
+    axes = getattr(grad, "axes", None)
+    if axes is None or not wrong.any():
+        return ""
+    best, best_score = "", 0.5
+    for node in walk(grad.body):
+        conds = []
+        if isinstance(node, Reduce) and node.where is not None:
+            conds, bound = split_conjunction(node.where), node.axes
+        elif isinstance(node, Select):
+            conds, bound = split_conjunction(node.cond), ()
+        for c in conds:
+            if not is_pure_index(c):
+                continue
+            variables = list(axes) + [v for v in bound if v in free_vars(c)]
+            if any(v not in axes and v not in bound for v in free_vars(c)):
+                continue
+            points = int(np.prod([v.extent for v in variables], dtype=np.int64))
+            if points > ENUMERATION_LIMIT:
+                continue
+            holds = np.broadcast_to(grid_values(c, variables), [v.extent for v in variables])
+            cut = ~holds.reshape(*wrong.shape, -1).all(axis=-1)
+            score = (cut & wrong).sum() / max(1, (cut | wrong).sum())
+            if score > best_score:
+                best, best_score = format_expr(c), score
+    if not best:
+        return ""
+    return f"the wrong elements are where the condition `{best}` of {grad.name} cuts terms"

@@ -1,0 +1,205 @@
+"""The checks on one input's gradient, and the tolerances they use.
+
+Notation: ``f`` the forward (float64 reference), ``x`` the input checked, ``h`` a random
+head, ``g`` the backward under test at ``h``, ``J`` the Jacobian of ``f`` in ``x``.
+
+1. Screen: for probes ``t`` (Gaussian and boundary-targeted), ``<h, J t>`` against
+   ``<g, t>``. Where ``f`` is affine in ``x`` this is the adjoint identity and ``J t`` is
+   exact up to rounding; elsewhere ``J t`` comes from Richardson differences.
+2. Element-wise (small inputs, or any failure or kink in the screen): every column of
+   ``J`` by differences in batched evaluations, and, when ``J`` fits in memory, every row
+   of the backward's own Jacobian (one-hot heads, batched), compared entry by entry.
+   Otherwise ``J^T h`` against ``g`` element by element.
+
+Tolerances are derived, never widened by size: ``C (E + L (eps64 + eps_g A) S)`` where
+``E`` is the difference error estimate, ``L`` the accumulation length of forward and
+backward (longest chain of roundings), ``eps_g`` the epsilon of the gradient's dtype,
+``A = |M(f)| / |f|`` the forward's amplification of rounding (1 for float64 gradients'
+purposes is irrelevant: ``eps64`` is tiny), and ``S`` the scale of the terms: ``<|h|,
+M(f)(|t|)>`` for the adjoint identity, the column's largest Jacobian entry element-wise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .locate import ascii_mask, condition_for, describe_region, signature, worst_elements
+from .numeric import EPS64, boundary_probes, differences, gaussian_probes, one_hot
+from .report import FAIL, INCONCLUSIVE, PASS, Check, InputResult, Kink
+
+SAFETY = 8.0  # C above: the rounding bounds are first-order estimates
+FULL_JACOBIAN_ENTRIES = 1 << 21  # out.size * in.size up to this: compare entry by entry
+ELEMENTWISE_ALWAYS = 4096  # inputs this small always get the element-wise comparison
+TINY = 1e-300
+
+
+def check_input(pair, name: str, head: np.ndarray, g: np.ndarray, rng, *, probes: int,
+                elementwise, rows: dict) -> InputResult:
+    x = pair.values[name]
+    dtype = pair.grad_dtypes[name]
+    res = InputResult(name, x.shape, dtype, linear=pair.affine(name))
+    g64 = np.asarray(g, np.float64)
+    fwd = lambda xs: pair.forward(name, xs)  # noqa: E731
+    f0 = fwd(x[None])[0]
+    if not np.all(np.isfinite(f0)):
+        res.verdict = INCONCLUSIVE
+        res.notes.append("the forward is not finite at these values; nothing was compared")
+        return res
+    if not np.all(np.isfinite(g64)):
+        bad = ~np.isfinite(g64)
+        _fail(res, bad, np.zeros_like(g64), g64, np.ones_like(g64), "non-finite gradient")
+        res.signature = "non-finite values (nan or inf) in the gradient"
+        return res
+    eps_g = float(np.finfo(dtype).eps) if np.dtype(dtype).kind == "f" else EPS64
+    amp = 1.0
+    if eps_g > EPS64:
+        mag = pair.magnitude(name, x[None])
+        if mag is not None:
+            amp = max(1.0, float(np.linalg.norm(mag) / max(np.linalg.norm(f0), TINY)))
+    rel = pair.accumulation * (EPS64 + eps_g * amp)
+
+    screen_failed, kinked = _screen(pair, name, x, head, g64, rng, probes, rel, res)
+    n = x.size
+    if elementwise is True or (
+        elementwise == "auto" and (n <= ELEMENTWISE_ALWAYS or screen_failed or kinked)
+    ):
+        _elementwise(pair, name, x, head, g64, rel, rows, res)
+    elif screen_failed:
+        res.verdict = FAIL
+        res.notes.append("element-wise comparison disabled (elementwise=False): no location")
+    return res
+
+
+def _screen(pair, name, x, head, g64, rng, probes, rel, res) -> tuple[bool, bool]:
+    labels, boundary = boundary_probes(x.shape, rng)
+    ts = np.concatenate([gaussian_probes(x.shape, probes, rng), boundary])
+    labels = [f"Gaussian {k}" for k in range(probes)] + labels
+    d = differences(lambda xs: pair.forward(name, xs), x, ts, res.linear)
+    out_axes = tuple(range(1, d.value.ndim))
+    in_axes = tuple(range(1, ts.ndim))
+    rhs = np.sum(g64 * ts, axis=in_axes)
+    lo = np.sum(np.minimum(head * d.lo, head * d.hi), axis=out_axes)
+    hi = np.sum(np.maximum(head * d.lo, head * d.hi), axis=out_axes)
+    magnitude = pair.magnitude(name, ts) if res.linear else None
+    if magnitude is not None:
+        scale = np.sum(np.abs(head) * magnitude, axis=out_axes)
+    else:
+        scale = np.sum(np.abs(head * d.value), axis=out_axes) + np.sum(np.abs(g64 * ts), in_axes)
+    tol = SAFETY * (np.sum(np.abs(head) * d.error, axis=out_axes) + rel * scale) + TINY
+    err = np.maximum(0.0, np.maximum(lo - rhs, rhs - hi))  # distance to [lo, hi]
+    margins = err / tol
+    kinked = bool(d.kink.any())
+    failed = margins > 1
+    what = "adjoint identity <h, J t> = <g, t>" if res.linear else "directional differences"
+    detail = f"{len(ts)} probes: {probes} Gaussian, {len(ts) - probes} boundary"
+    if failed.any():
+        detail += "; failed: " + ", ".join(np.array(labels)[failed][:6])
+    if kinked:
+        detail += f"; kinks along {int(d.kink.any(axis=out_axes).sum())} probes"
+    res.checks.append(Check(what, FAIL if failed.any() else PASS, float(margins.max()), detail))
+    res.margin = float(margins.max())
+    res.max_error = float(err.max())
+    with np.errstate(divide="ignore"):
+        per_element = tol.reshape((-1,) + (1,) * x.ndim) / np.abs(ts)
+    res.detectable = float(np.max(np.min(per_element, axis=0)))
+    if failed.any():
+        res.verdict = FAIL
+    return bool(failed.any()), kinked
+
+
+def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
+    n, m = x.size, int(np.prod(pair.out_shape, dtype=np.int64))
+    full = n * m <= FULL_JACOBIAN_ENTRIES
+    fwd = lambda xs: pair.forward(name, xs)  # noqa: E731
+    hv = head.reshape(-1)
+    step = pair.chunk(5 * max(m, n))
+    cols = {k: [] for k in ("value", "error", "lo", "hi", "kink")}
+    for start in range(0, n, step):
+        d = differences(fwd, x, one_hot(x.shape, start, min(n, start + step)), res.linear)
+        for k in cols:
+            a = getattr(d, k).reshape(len(d.value), m)
+            if full:
+                cols[k].append(a)
+            elif k == "kink":
+                cols[k].append(a.any(axis=1))
+            elif k == "error":
+                cols[k].append(np.abs(a) @ np.abs(hv))
+            elif k == "value":
+                cols[k].append(a @ hv)
+            else:
+                lo_or_hi = np.minimum if k == "lo" else np.maximum
+                other = getattr(d, "hi" if k == "lo" else "lo").reshape(len(d.value), m)
+                cols[k].append(np.sum(lo_or_hi(a * hv, other * hv), axis=1))
+    stacked = {k: np.concatenate(v) for k, v in cols.items()}
+    expected_shape = x.shape
+    if full:
+        if "rows" not in rows:
+            eye = np.eye(m).reshape(m, *pair.out_shape).astype(pair.out_dtype)
+            rows["rows"] = pair.backward(eye)
+        received = rows["rows"][name].reshape(m, n).astype(np.float64)
+        jac, error = stacked["value"].T, stacked["error"].T
+        lo, hi, kink = stacked["lo"].T, stacked["hi"].T, stacked["kink"].T
+        col_scale = np.max(np.abs(jac), axis=0)
+        floor = np.median(col_scale[col_scale > 0]) if (col_scale > 0).any() else 1.0
+        tol = SAFETY * (error + rel * np.maximum(col_scale, floor)[None, :]) + TINY
+        diff = np.abs(received - jac)
+        accepted = kink & (received >= lo - tol) & (received <= hi + tol)
+        bad = (diff > tol) & ~accepted
+        wrong = bad.any(axis=0)
+        margin = float(np.max(np.where(accepted, 0.0, diff / tol)))
+        expected = jac.T @ hv
+        tol_elem = np.abs(hv) @ tol
+        kink_elem = kink.any(axis=0)
+        lo_e = np.sum(np.minimum(lo * hv[:, None], hi * hv[:, None]), axis=0)
+        hi_e = np.sum(np.maximum(lo * hv[:, None], hi * hv[:, None]), axis=0)
+        sig = signature(jac, received, bad, tol) if bad.any() else ""
+        what = f"full Jacobian, {m} x {n} entries (rows: output elements)"
+        max_error = float(np.max(np.where(accepted, 0.0, diff)))
+    else:
+        expected, error = stacked["value"], stacked["error"]
+        lo_e, hi_e, kink_elem = stacked["lo"], stacked["hi"], stacked["kink"]
+        scale = np.abs(expected) + np.abs(g64.reshape(-1)) + np.sqrt(np.mean(expected**2))
+        tol_elem = SAFETY * (error + rel * scale) + TINY
+        diff = np.abs(g64.reshape(-1) - expected)
+        accepted = kink_elem & (g64.reshape(-1) >= lo_e - tol_elem)
+        accepted &= g64.reshape(-1) <= hi_e + tol_elem
+        wrong = (diff > tol_elem) & ~accepted
+        margin = float(np.max(np.where(accepted, 0.0, diff / tol_elem)))
+        sig = ""
+        what = f"element-wise J^T h, {n} elements"
+        max_error = float(np.max(np.where(accepted, 0.0, diff)))
+    e_in = expected.reshape(expected_shape)
+    tol_in = tol_elem.reshape(expected_shape)
+    wrong_in = wrong.reshape(expected_shape)
+    if not sig or sig.startswith("no simple"):
+        sig = signature(e_in, g64, wrong_in, tol_in) if wrong_in.any() else ""
+    res.checks.append(Check(what, FAIL if wrong.any() else PASS, margin,
+                            f"{int(wrong.sum())} wrong elements"))
+    res.wrong_mask = wrong_in
+    res.margin = margin
+    res.max_error = max_error
+    res.detectable = float(tol_elem.max())
+    res.verdict = PASS
+    for flat in np.flatnonzero(kink_elem):
+        coords = tuple(int(i) for i in np.unravel_index(flat, expected_shape))
+        res.kinks.append(Kink(coords, float(lo_e[flat]), float(hi_e[flat]),
+                              float(g64.reshape(-1)[flat])))
+    if wrong.any():
+        _fail(res, wrong_in, e_in, g64, tol_in, sig)
+        res.ascii = ascii_mask(wrong_in, kink_elem.reshape(expected_shape))
+        grad = pair.condition_source(name)
+        if grad is not None:
+            res.condition = condition_for(grad, wrong_in)
+    elif not res.linear:
+        live = np.abs(expected) > 0
+        if live.any() and np.median(tol_elem[live] / np.abs(expected[live])) > 1e-2:
+            res.verdict = INCONCLUSIVE
+            res.notes.append("difference error estimates exceed 1% of the derivatives")
+
+
+def _fail(res, wrong, expected, received, tol, sig) -> None:
+    res.verdict = FAIL
+    res.wrong_mask = wrong
+    res.region = describe_region(wrong)
+    res.signature = sig
+    res.worst = worst_elements(expected, received, tol, wrong)
