@@ -33,7 +33,8 @@ class InputResult:
 
     ``wrong_mask`` is shaped like the input (True where its gradient is wrong), or None
     where no element-wise comparison ran. ``detectable`` is the smallest error of a
-    single gradient element that the checks run would have caught, for every element.
+    single gradient element (or Jacobian entry, where the full Jacobian was compared: see
+    ``detectable_unit``) that the checks run would have caught, at every position.
     """
 
     name: str
@@ -43,6 +44,7 @@ class InputResult:
     margin: float = 0.0
     max_error: float = 0.0
     detectable: float = float("nan")
+    detectable_unit: str = "gradient element"
     wrong_mask: np.ndarray | None = None
     region: str = ""
     ascii: str = ""
@@ -59,7 +61,7 @@ class InputResult:
         out = [
             f"{self.name} {self.shape} {self.dtype} (forward {kind}): {self.verdict}, "
             f"margin {self.margin:.3g} (error / allowed), max error {self.max_error:.3g}, "
-            f"detects any single-element error >= {self.detectable:.2g}"
+            f"detects any error >= {self.detectable:.2g} in a single {self.detectable_unit}"
         ]
         for c in self.checks:
             out.append(f"  {c.name}: {c.verdict}, margin {c.margin:.3g}"

@@ -148,7 +148,7 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
         wrong = bad.any(axis=0)
         margin = float(np.max(np.where(accepted, 0.0, diff / tol)))
         expected = jac.T @ hv
-        tol_elem = np.abs(hv) @ tol
+        tol_elem = np.sqrt((hv**2) @ tol**2)  # root-sum-square of the entries' allowances
         kink_elem = kink.any(axis=0)
         lo_e = np.sum(np.minimum(lo * hv[:, None], hi * hv[:, None]), axis=0)
         hi_e = np.sum(np.maximum(lo * hv[:, None], hi * hv[:, None]), axis=0)
@@ -178,7 +178,8 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
     res.wrong_mask = wrong_in
     res.margin = margin
     res.max_error = max_error
-    res.detectable = float(tol_elem.max())
+    res.detectable = float(tol.max())
+    res.detectable_unit = "Jacobian entry" if full else "gradient element"
     res.verdict = PASS
     for flat in np.flatnonzero(kink_elem):
         coords = tuple(int(i) for i in np.unravel_index(flat, expected_shape))
