@@ -16,6 +16,7 @@ from ..ir.printer import format_expr
 from ..ir.traverse import free_vars, walk
 
 MAX_LISTED = 8
+SHIFT_MAJORITY = 0.75  # a shift explains this share of the wrong elements (borders differ)
 
 
 def describe_region(mask: np.ndarray) -> str:
@@ -103,45 +104,100 @@ def ascii_mask(mask: np.ndarray, kinks: np.ndarray | None = None, width: int = 6
 
 
 def signature(expected: np.ndarray, received: np.ndarray, wrong: np.ndarray,
-              tol: np.ndarray) -> str:
-    """Classify the wrong elements of a gradient (arrays shaped like the input)."""
+              tol: np.ndarray, entries: str = "gradient elements") -> str:
+    """Classify the wrong entries (arrays of one shape: a gradient shaped like the input,
+    or a Jacobian, rows = output elements). "" when nothing is wrong, "no simple pattern"
+    when no class fits."""
     if not wrong.any():
         return ""
     e, g, t = expected[wrong], received[wrong], tol[wrong]
-    if np.all(np.abs(g) <= t) and np.any(np.abs(e) > t):
-        return "missing contribution (received 0 where the forward depends on the input)"
+    zero_received = (np.abs(g) <= t) & (np.abs(e) > t)
+    if zero_received.all():
+        return f"missing contribution ({entries} received 0 where the forward's are not)"
     if np.all(np.abs(e) <= t):
-        return "spurious contribution (received a gradient where the forward has none)"
+        return f"spurious contribution ({entries} received nonzero where the forward's are 0)"
     if np.all(np.abs(g + e) <= t):
         return "sign flip (received = -expected)"
     live = np.abs(e) > t
-    ratio = g[live] / e[live]
-    k = float(np.median(ratio))
-    if np.all(np.abs(g - k * e) <= t * (1 + abs(k))):
-        return f"constant scale (received = {k:.6g} x expected)"
-    shift = _shift(expected, received, wrong, tol)
-    if shift:
-        return shift
-    return "no simple pattern (values differ)"
+    if live.any():
+        k = float(np.median(g[live] / e[live]))
+        if np.all(np.abs(g - k * e) <= t * (1 + abs(k))):
+            return f"constant scale (received = {k:.6g} x expected)"
+    spurious = (np.abs(e) <= t) & (np.abs(g) > t)
+    if zero_received.mean() >= 0.5 and not spurious.any():
+        return (f"missing contribution ({int(zero_received.sum())} of {zero_received.size} "
+                f"wrong {entries} received 0 where the forward's are not)")
+    return (_constant_offset(expected, received, wrong, tol)
+            or _shift(expected, received, wrong, tol)
+            or _transposed(expected, received, wrong, tol)
+            or "no simple pattern")
+
+
+def _constant_offset(expected, received, wrong, tol) -> str:
+    """received - expected constant along one axis (a term that does not depend on that
+    index, such as a mean, is missing or extra)."""
+    diff = received - expected
+    for axis in range(diff.ndim - 1, -1, -1):
+        if diff.shape[axis] < 2:
+            continue
+        spread = np.ptp(diff, axis=axis, keepdims=True)
+        if np.all(spread <= np.min(tol, axis=axis, keepdims=True)):
+            return (f"missing contribution (received - expected is constant along axis "
+                    f"{axis}: a term that does not depend on that index, such as a mean, "
+                    "is missing or extra)")
+    return ""
 
 
 def _shift(expected, received, wrong, tol) -> str:
-    for axis, size in enumerate(expected.shape):
+    """received[i] = expected[i + d] on the wrong elements for an offset d of at most 2
+    along at most two axes."""
+    ndim = expected.ndim
+    offsets = []
+    for a in range(ndim):
         for s in (1, -1, 2, -2):
-            if size <= abs(s):
-                continue
-            moved = np.zeros_like(expected)
-            src = [slice(None)] * expected.ndim
-            dst = [slice(None)] * expected.ndim
-            if s > 0:
-                dst[axis], src[axis] = slice(0, size - s), slice(s, size)
-            else:
-                dst[axis], src[axis] = slice(-s, size), slice(0, size + s)
-            moved[tuple(dst)] = expected[tuple(src)]
-            if np.all(np.abs(received[wrong] - moved[wrong]) <= tol[wrong]):
-                return (f"shifted index (received at axis {axis} index i equals expected at "
-                        f"i {'+' if s > 0 else '-'} {abs(s)})")
+            offsets.append({a: s})
+            for b in range(a + 1, ndim):
+                offsets += [{a: s, b: r} for r in (1, -1, 2, -2)]
+    for offset in offsets:
+        moved = _shifted(expected, offset)
+        if moved is None:
+            continue
+        match = np.abs(received[wrong] - moved[wrong]) <= tol[wrong]
+        if match.mean() >= SHIFT_MAJORITY:
+            text = "; ".join(f"i {'+' if s > 0 else '-'} {abs(s)} along axis {a}"
+                             for a, s in offset.items())
+            share = "" if match.all() else f", on {match.mean():.0%} of the wrong elements"
+            return f"shifted index (received[i] = expected[{text}]{share})"
     return ""
+
+
+def _transposed(expected, received, wrong, tol) -> str:
+    """received = expected with two axes of equal size swapped (a transposed layout)."""
+    for a in range(expected.ndim):
+        for b in range(a + 1, expected.ndim):
+            if expected.shape[a] != expected.shape[b] or expected.shape[a] < 2:
+                continue
+            swapped = np.swapaxes(expected, a, b)
+            if np.all(np.abs(received[wrong] - swapped[wrong]) <= tol[wrong]):
+                return f"transposed layout (received = expected with axes {a} and {b} swapped)"
+    return ""
+
+
+def _shifted(a: np.ndarray, offset: dict[int, int]) -> np.ndarray | None:
+    """``a[i + d]`` (zero outside)."""
+    out = np.zeros_like(a)
+    src = [slice(None)] * a.ndim
+    dst = [slice(None)] * a.ndim
+    for axis, s in offset.items():
+        size = a.shape[axis]
+        if size <= abs(s):
+            return None
+        if s > 0:
+            dst[axis], src[axis] = slice(0, size - s), slice(s, size)
+        else:
+            dst[axis], src[axis] = slice(-s, size), slice(0, size + s)
+    out[tuple(dst)] = a[tuple(src)]
+    return out
 
 
 def worst_elements(expected, received, tol, wrong, count: int = 5) -> list[tuple]:

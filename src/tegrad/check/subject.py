@@ -95,6 +95,12 @@ class ExpressionPair(Pair):
         self._magnitude_cache: dict = {}
 
     # -- evaluation ---------------------------------------------------------------------
+    def forward_native(self) -> np.ndarray:
+        """The forward in its own dtype at the values fed (float32 stays float32)."""
+        if "native" not in self._forward_cache:
+            self._forward_cache["native"] = np.asarray(_run([self.output], self.feed)[0])
+        return self._forward_cache["native"]
+
     def affine(self, name: str) -> bool:
         p = self.ref_input.get(name)
         return p is None or graph.degree(self.ref, p) <= graph.AFFINE
@@ -155,6 +161,28 @@ class ExpressionPair(Pair):
     def condition_source(self, name: str):
         return self.grad_of[name]
 
+    def pattern(self, name: str):
+        """(missing, spurious, counts) from the index maps: see pattern.py. Raises
+        PatternUnavailable when the maps cannot be enumerated."""
+        from . import pattern
+
+        p = next(q for q in self.inputs if q.name == name)
+        ints: dict[Tensor, np.ndarray] = {}
+
+        def int_values(t: Tensor) -> np.ndarray:
+            if t not in ints:
+                ints[t] = self.feed[t] if t in self.feed else np.asarray(_run([t], self.feed)[0])
+            return ints[t]
+
+        fwd, fwd_exact = pattern.dependency(self.output, p, int_values)
+        bwd, bwd_exact = pattern.dependency(self.grad_of[name], self.head, int_values)
+        missing, spurious, *counts = pattern.compare(fwd, bwd, self.output.size, p.size)
+        if not fwd_exact:  # the forward's pattern is a superset: "missing" may be spurious
+            missing[:] = False
+        if not bwd_exact:
+            spurious[:] = False
+        return missing, spurious, *counts, fwd_exact and bwd_exact
+
 
 class CallablePair(Pair):
     def __init__(self, forward: Callable, backward: Callable, args: Sequence):
@@ -166,6 +194,7 @@ class CallablePair(Pair):
         self.names = [f"arg{k}" for k in self.float_positions]
         self.position = dict(zip(self.names, self.float_positions, strict=True))
         out = np.asarray(forward(*self.args))
+        self.native = out
         self.out_shape, self.out_dtype = out.shape, out.dtype.name
         self.shapes = {n: self.args[k].shape for n, k in self.position.items()}
         self.values = {n: self.args[k].astype(F64) for n, k in self.position.items()}
@@ -227,7 +256,13 @@ class CallablePair(Pair):
     def magnitude(self, name: str, ts: np.ndarray) -> None:
         return None
 
+    def forward_native(self) -> np.ndarray:
+        return self.native
+
     def condition_source(self, name: str) -> None:
+        return None
+
+    def pattern(self, name: str) -> None:
         return None
 
 

@@ -51,23 +51,78 @@ def check_input(pair, name: str, head: np.ndarray, g: np.ndarray, rng, *, probes
         res.signature = "non-finite values (nan or inf) in the gradient"
         return res
     eps_g = float(np.finfo(dtype).eps) if np.dtype(dtype).kind == "f" else EPS64
-    amp = 1.0
-    if eps_g > EPS64:
-        mag = pair.magnitude(name, x[None])
-        if mag is not None:
-            amp = max(1.0, float(np.linalg.norm(mag) / max(np.linalg.norm(f0), TINY)))
+    amp = _amplification(pair, name, x, f0) if eps_g > EPS64 else 1.0
     rel = pair.accumulation * (EPS64 + eps_g * amp)
 
+    structural = _pattern(pair, name, res)
     screen_failed, kinked = _screen(pair, name, x, head, g64, rng, probes, rel, res)
     n = x.size
     if elementwise is True or (
         elementwise == "auto" and (n <= ELEMENTWISE_ALWAYS or screen_failed or kinked)
     ):
         _elementwise(pair, name, x, head, g64, rel, rows, res)
+        if structural is not None and structural.any():
+            unconfirmed = structural & ~res.wrong_mask
+            if unconfirmed.any():
+                res.notes.append(
+                    f"{int(unconfirmed.sum())} elements differ in dependency pattern but "
+                    f"agree in value here ({describe_region(unconfirmed)}): a backward that "
+                    "reads what it then multiplies by zero, or coefficients that are zero at "
+                    "these values"
+                )
+    elif structural is not None and structural.any():
+        _fail(res, structural, np.zeros_like(g64), g64, np.ones_like(g64),
+              "dependency pattern differs (see the dependency check)")
+        res.ascii = ascii_mask(structural)
     elif screen_failed:
         res.verdict = FAIL
         res.notes.append("element-wise comparison disabled (elementwise=False): no location")
     return res
+
+
+def _pattern(pair, name, res) -> np.ndarray | None:
+    """The exact dependency check (pattern.py); returns the mask of elements it finds
+    wrong (missing pairs count only where the forward is affine in the input: elsewhere
+    a data-dependent backward, such as one routed by argmax, may rightly skip pairs)."""
+    from .pattern import PatternUnavailable
+
+    try:
+        found = pair.pattern(name)
+    except PatternUnavailable as why:
+        res.notes.append(f"dependency pattern not checked: {why}")
+        return None
+    if found is None:
+        return None
+    missing, spurious, n_missing, n_spurious, n_pairs, exact = found
+    shape = res.shape
+    wrong = spurious | (missing if res.linear else np.zeros_like(missing))
+    detail = f"{n_pairs} (output, input) pairs; {n_missing} missing, {n_spurious} spurious"
+    if missing.any():
+        detail += f"; missing at {describe_region(missing.reshape(shape))}"
+    if spurious.any():
+        detail += f"; spurious at {describe_region(spurious.reshape(shape))}"
+    if not exact:
+        detail += ("; inexact: a condition on float data or with a reduction was taken as "
+                   "true, so the extra pairs of that side are not counted")
+    res.checks.append(Check("dependency pattern (exact, from the index maps)",
+                            FAIL if wrong.any() else PASS, float(wrong.any()), detail))
+    return wrong.reshape(shape)
+
+
+def _amplification(pair, name, x, f0) -> float:
+    """How much this computation at these values amplifies rounding, in units of the
+    dtype's epsilon: the forward's own relative error in its dtype (observed against the
+    float64 reference), never more than the bound ``|M(f)| / |f|`` and never less than 1."""
+    bound = np.inf
+    mag = pair.magnitude(name, x[None])
+    if mag is not None:
+        bound = max(1.0, float(np.linalg.norm(mag) / max(np.linalg.norm(f0), TINY)))
+    native = pair.forward_native()
+    if native is None or np.dtype(native.dtype).kind != "f" or native.dtype == np.float64:
+        return bound if np.isfinite(bound) else 1.0
+    eps = float(np.finfo(native.dtype).eps)
+    observed = np.linalg.norm(native.astype(np.float64) - f0) / max(np.linalg.norm(f0), TINY)
+    return float(min(bound, max(1.0, observed / eps)))
 
 
 def _screen(pair, name, x, head, g64, rng, probes, rel, res) -> tuple[bool, bool]:
@@ -152,7 +207,7 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
         kink_elem = kink.any(axis=0)
         lo_e = np.sum(np.minimum(lo * hv[:, None], hi * hv[:, None]), axis=0)
         hi_e = np.sum(np.maximum(lo * hv[:, None], hi * hv[:, None]), axis=0)
-        sig = signature(jac, received, bad, tol) if bad.any() else ""
+        sig = signature(jac, received, bad, tol, "Jacobian entries") if bad.any() else ""
         what = f"full Jacobian, {m} x {n} entries (rows: output elements)"
         max_error = float(np.max(np.where(accepted, 0.0, diff)))
     else:
@@ -191,11 +246,15 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
         grad = pair.condition_source(name)
         if grad is not None:
             res.condition = condition_for(grad, wrong_in)
-    elif not res.linear:
+    else:
         live = np.abs(expected) > 0
         if live.any() and np.median(tol_elem[live] / np.abs(expected[live])) > 1e-2:
             res.verdict = INCONCLUSIVE
-            res.notes.append("difference error estimates exceed 1% of the derivatives")
+            res.notes.append(
+                "the allowed error exceeds 1% of the derivatives (difference error "
+                "estimates, or rounding of the gradient's dtype amplified by ill-conditioned "
+                "values): nothing finer could be judged; check in float64 or at other values"
+            )
 
 
 def _fail(res, wrong, expected, received, tol, sig) -> None:
