@@ -70,7 +70,15 @@ def _describe_points(mask: np.ndarray) -> str:
 
 
 def _ranges(values: np.ndarray, size: int) -> str:
-    """``{0..3, 7}`` style, naming the last index."""
+    """``{0..3, 7}`` style, naming the last index; a progression as ``{1, 3, ..., 47}``
+    with its phase when it covers every index of that phase."""
+    steps = np.diff(values)
+    if len(values) >= 3 and steps.min() == steps.max() > 1:
+        first, step, last = int(values[0]), int(steps[0]), int(values[-1])
+        text = f"{{{first}, {first + step}, ..., {last}}}"
+        if first < step and last + step >= size:
+            text += f" (every index = {first} mod {step})"
+        return text
     runs: list[str] = []
     start = prev = int(values[0])
     for v in [int(v) for v in values[1:]] + [None]:

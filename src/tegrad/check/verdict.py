@@ -233,7 +233,7 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
     res.wrong_mask = wrong_in
     res.margin = margin
     res.max_error = max_error
-    res.detectable = float(tol.max())
+    res.detectable = float(tol.max() if full else tol_elem.max())
     res.detectable_unit = "Jacobian entry" if full else "gradient element"
     res.verdict = PASS
     for flat in np.flatnonzero(kink_elem):
