@@ -188,3 +188,44 @@ def test_bad_arguments_are_named():
         tg.check_gradient(y, [x, x], [wrong], head=head, values={"idx": np.array([0, 2])})
     with pytest.raises(ValueError, match="shape"):
         tg.check_vjp(lambda a: a * 2, lambda d, a: (d[:1],), (np.ones(3),))
+
+
+def conv_with_dropped_last_row(n: int, c: int, size: int) -> dict:
+    """A stride-1 3x3 conv (padding 1) whose hand-written input gradient drops the last row."""
+    x = tg.placeholder((n, c, size, size), "float64", name="X")
+    w = tg.placeholder((2, c, 3, 3), "float64", name="W")
+    ci, kh, kw = tg.reduce_axis(c, name="ci"), tg.reduce_axis(3, name="kh"), tg.reduce_axis(
+        3, name="kw")
+
+    def padded(b, ch, h, q):
+        inside = tg.all(h >= 0, h < size, q >= 0, q < size)
+        return tg.if_then_else(inside, x[b, ch, h, q], 0.0)
+
+    y = tg.compute((n, 2, size, size), lambda b, o, i, j: tg.sum(
+        padded(b, ci, i - 1 + kh, j - 1 + kw) * w[o, ci, kh, kw], axis=[ci, kh, kw]), name="Y")
+    dy = tg.placeholder(y.shape, "float64", name="dY")
+    dx, dw = tg.gradient(y, [x, w], head=dy)
+    bug = tg.compute(x.shape, lambda b, ch, h, q: tg.if_then_else(
+        h < size - 1, dx[b, ch, h, q], 0.0), name="dX_bug")
+    return {"output": y, "inputs": [x, w], "grads": [bug, dw], "head": dy}
+
+
+def test_shrink_finds_the_smallest_failing_sizes():
+    from tegrad.check import shrink
+
+    result = shrink(conv_with_dropped_last_row, {"n": 3, "c": 4, "size": 9})
+    assert result.failed and result.report.verdict == "FAIL"
+    assert result.sizes == {"n": 1, "c": 1, "size": 1}  # the only row is the last one
+    assert "smallest failing case: n=1, c=1, size=1" in result.summary()
+    assert len(result.tried) >= 4
+
+
+def test_shrink_reports_a_passing_case_unchanged():
+    from tegrad.check import shrink
+
+    def correct(size: int) -> dict:
+        pair = conv_with_dropped_last_row(1, 1, size)
+        return {**pair, "grads": None, "head": None}
+
+    result = shrink(correct, {"size": 5})
+    assert not result.failed and result.sizes == {"size": 5}

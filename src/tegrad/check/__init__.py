@@ -64,12 +64,16 @@ def run_checks(pair, *, seed, probes, elementwise, raise_on_failure, subject
     return report
 
 
+from .shrink import ShrinkResult, shrink  # noqa: E402  (uses the two functions above)
+
 __all__ = [
     "FAIL",
     "INCONCLUSIVE",
     "PASS",
     "GradCheckReport",
     "InputResult",
+    "ShrinkResult",
     "check_gradient",
     "check_vjp",
+    "shrink",
 ]
