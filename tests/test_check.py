@@ -53,7 +53,7 @@ def test_raises_with_a_located_message():
     message = str(info.value)
     assert "axis 2 = 8 (the last) or axis 3 = 8 (the last)" in message
     assert "missing contribution" in message
-    assert "h + 1 - kh <= 8" in message  # the guard of the hand-written backward
+    assert "h + 1 - kh <= 8" in message and "w + 1 - kw <= 8" in message  # its guards
     assert info.value.report.results["X"].verdict == "FAIL"
     assert isinstance(info.value, AssertionError)
 
@@ -229,3 +229,23 @@ def test_shrink_reports_a_passing_case_unchanged():
 
     result = shrink(correct, {"size": 5})
     assert not result.failed and result.sizes == {"size": 5}
+
+
+def test_tied_maxima_may_split_the_head_but_not_duplicate_it():
+    x = tg.placeholder((1, 1, 2, 4), "float64", name="X")
+    kh, kw = tg.reduce_axis(2, name="kh"), tg.reduce_axis(2, name="kw")
+    y = tg.compute((1, 1, 1, 2), lambda n, c, i, j: tg.max(
+        x[n, c, 2 * i + kh, 2 * j + kw], axis=[kh, kw]), name="Y")
+    dy = tg.placeholder(y.shape, "float64", name="dY")
+    # every element equal to its window's max gets the whole head: tied maxima count twice
+    to_all = tg.compute(x.shape, lambda n, c, h, q: tg.if_then_else(
+        tg.equal(x[n, c, h, q], y[n, c, h // 2, q // 2]), dy[n, c, h // 2, q // 2], 0.0),
+        name="dX_all")
+    values = {"X": np.array([[[[3.0, 3.0, 1.0, 2.0], [0.0, 3.0, 0.5, -1.0]]]])}
+    res = tg.check_gradient(y, [x], [to_all], head=dy, values=values,
+                            raise_on_failure=False).results["X"]
+    assert res.verdict == "FAIL"
+    np.testing.assert_array_equal(res.wrong_mask[0, 0], [[1, 1, 0, 0], [0, 1, 0, 0]])
+    assert any(c.name == "tie groups moved together" and c.verdict == "FAIL"
+               for c in res.checks)
+    assert tg.check_gradient(y, [x], values=values).passed  # the generated one splits it

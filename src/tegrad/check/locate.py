@@ -225,34 +225,52 @@ def worst_elements(expected, received, tol, wrong, count: int = 5) -> list[tuple
 
 
 def condition_for(grad, wrong: np.ndarray) -> str:
-    """The guard of ``grad`` (a Compute) whose cut region best matches ``wrong``: for each
-    index-only conjunct ``c`` of a ``where`` or an ``if_then_else``, the output elements
-    for which ``c`` is false at some point of the reduction; reported when it overlaps
-    the wrong elements by at least half (Jaccard)."""
+    """The guards of ``grad`` (a Compute) that the wrong region points to. For each
+    index-only conjunct ``c`` of a ``where`` or an ``if_then_else``, its cut region is the
+    set of output elements for which ``c`` is false at some point of the reduction. The
+    guards whose cut lies (90%) inside the wrong elements are named when together they
+    cover at least half of them (Jaccard); otherwise the single best guard, if it does."""
     axes = getattr(grad, "axes", None)
-    if axes is None or not wrong.any():
+    if axes is None or not wrong.any() or wrong.all():  # everything wrong: no region
         return ""
-    best, best_score = "", 0.5
+    cuts: list[tuple[str, np.ndarray]] = []
     for node in walk(grad.body):
-        conds = []
+        conds, bound = [], ()
         if isinstance(node, Reduce) and node.where is not None:
             conds, bound = split_conjunction(node.where), node.axes
         elif isinstance(node, Select):
-            conds, bound = split_conjunction(node.cond), ()
+            conds = split_conjunction(node.cond)
         for c in conds:
-            if not is_pure_index(c):
-                continue
-            variables = list(axes) + [v for v in bound if v in free_vars(c)]
-            if any(v not in axes and v not in bound for v in free_vars(c)):
-                continue
-            points = int(np.prod([v.extent for v in variables], dtype=np.int64))
-            if points > ENUMERATION_LIMIT:
-                continue
-            holds = np.broadcast_to(grid_values(c, variables), [v.extent for v in variables])
-            cut = ~holds.reshape(*wrong.shape, -1).all(axis=-1)
-            score = (cut & wrong).sum() / max(1, (cut | wrong).sum())
-            if score > best_score:
-                best, best_score = format_expr(c), score
-    if not best:
-        return ""
-    return f"the wrong elements are where the condition `{best}` of {grad.name} cuts terms"
+            cut = _cut_region(c, axes, bound, wrong.shape)
+            text = format_expr(c)
+            if cut is not None and cut.any() and all(text != t for t, _ in cuts):
+                cuts.append((text, cut))
+    inside = [(t, cut) for t, cut in cuts if (cut & wrong).sum() >= 0.9 * cut.sum()]
+    union = np.zeros_like(wrong)
+    for _, cut in inside:
+        union |= cut
+    if inside and _jaccard(union, wrong) >= 0.5:
+        inside.sort(key=lambda tc: -_jaccard(tc[1], wrong))
+        names = " and ".join(f"`{t}`" for t, _ in inside[:4])
+        return f"the wrong elements are where the condition(s) {names} of {grad.name} cut terms"
+    scored = [(_jaccard(cut, wrong), t) for t, cut in cuts]
+    if scored and max(scored)[0] >= 0.5:
+        return (f"the wrong elements are where the condition `{max(scored)[1]}` of "
+                f"{grad.name} cuts terms")
+    return ""
+
+
+def _cut_region(c, axes, bound, shape) -> np.ndarray | None:
+    if not is_pure_index(c):
+        return None
+    if any(v not in axes and v not in bound for v in free_vars(c)):
+        return None
+    variables = list(axes) + [v for v in bound if v in free_vars(c)]
+    if int(np.prod([v.extent for v in variables], dtype=np.int64)) > ENUMERATION_LIMIT:
+        return None
+    holds = np.broadcast_to(grid_values(c, variables), [v.extent for v in variables])
+    return ~holds.reshape(*shape, -1).all(axis=-1)
+
+
+def _jaccard(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / max(1, (a | b).sum()))

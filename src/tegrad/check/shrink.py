@@ -1,8 +1,7 @@
 """Shrinking a failing check to its smallest sizes.
 
-``shrink(build, sizes)``: ``build(**sizes)`` makes the pair to check, as a dict of
-``check_gradient``'s arguments (``output``, ``inputs``, optional ``grads``, ``head``,
-``values``) or of ``check_vjp``'s (``forward``, ``backward``, ``args``). While the check
+``shrink(build, sizes)``: ``build(**sizes)`` makes the pair to check, as a dict (see
+spec.py: ``check_gradient``'s or ``check_vjp``'s arguments by name). While the check
 fails, each size in turn is tried smaller (the smallest allowed first, then halving, then
 one less) and kept smaller when the check still fails. A size at which ``build`` raises
 (shapes that do not fit together) counts as not failing. The result holds the smallest
@@ -14,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import GradCheckReport, check_gradient, check_vjp
-from .report import FAIL
+from .report import FAIL, GradCheckReport
+from .spec import run_spec
 
 
 @dataclass
@@ -33,16 +32,6 @@ class ShrinkResult:
                 + self.report.summary())
 
 
-def run_pair(pair: dict, **opts) -> GradCheckReport:
-    """Check one pair given as a dict (see the module header)."""
-    if "forward" in pair:
-        return check_vjp(pair["forward"], pair["backward"], pair["args"],
-                         raise_on_failure=False, **opts)
-    return check_gradient(pair["output"], pair["inputs"], pair.get("grads"),
-                          head=pair.get("head"), values=pair.get("values"),
-                          raise_on_failure=False, **opts)
-
-
 def shrink(build: Callable[..., dict], sizes: dict[str, int], *,
            minimum: dict[str, int] | None = None, **opts) -> ShrinkResult:
     """Smallest sizes (each at least ``minimum.get(name, 1)``) at which ``build``'s check
@@ -52,7 +41,7 @@ def shrink(build: Callable[..., dict], sizes: dict[str, int], *,
 
     def fails(candidate: dict[str, int]) -> GradCheckReport | None:
         try:
-            report = run_pair(build(**candidate), **opts)
+            report = run_spec(build(**candidate), raise_on_failure=False, **opts)
         except (ValueError, TypeError, IndexError) as why:  # sizes that do not fit
             result.tried.append((dict(candidate), f"build failed: {why}"))
             return None

@@ -200,6 +200,8 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
         diff = np.abs(received - jac)
         accepted = kink & (received >= lo - tol) & (received <= hi + tol)
         bad = (diff > tol) & ~accepted
+        if kink.any() and not res.linear:
+            _tie_groups(fwd, x, received, kink, tol, rel, bad, res)
         wrong = bad.any(axis=0)
         margin = float(np.max(np.where(accepted, 0.0, diff / tol)))
         expected = jac.T @ hv
@@ -255,6 +257,39 @@ def _elementwise(pair, name, x, head, g64, rel, rows, res) -> None:
                 "estimates, or rounding of the gradient's dtype amplified by ill-conditioned "
                 "values): nothing finer could be judged; check in float64 or at other values"
             )
+
+
+def _tie_groups(fwd, x, received, kink, tol, rel, bad, res) -> None:
+    """Tied elements (several kink columns in one output row, e.g. equal maxima of a
+    window) may split that row's derivative in any way, but moved together the function
+    is smooth: along ``t = sum of the group's unit vectors`` the derivative must equal the
+    sum of their gradients. Rows where it does not are marked wrong on the group."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row in np.flatnonzero(kink.sum(axis=1) >= 2):
+        groups.setdefault(tuple(np.flatnonzero(kink[row])), []).append(int(row))
+    if not groups:
+        return
+    members = list(groups)
+    ts = np.zeros((len(members), x.size))
+    for k, cols in enumerate(members):
+        ts[k, list(cols)] = 1.0
+    d = differences(fwd, x, ts.reshape(len(members), *x.shape), False)
+    broken = 0
+    for k, cols in enumerate(members):
+        rows = np.array(groups[cols])
+        value = d.value[k].reshape(-1)[rows]
+        smooth = ~d.kink[k].reshape(-1)[rows]
+        got = received[np.ix_(rows, cols)].sum(axis=1)
+        allowed = SAFETY * (d.error[k].reshape(-1)[rows] + rel * np.abs(value))
+        allowed = allowed + tol[np.ix_(rows, cols)].sum(axis=1)
+        wrong_rows = rows[smooth & (np.abs(got - value) > allowed)]
+        for row in wrong_rows:
+            bad[row, list(cols)] = True
+        broken += len(wrong_rows)
+    res.checks.append(Check(
+        "tie groups moved together", FAIL if broken else PASS, float(broken > 0),
+        f"{len(members)} groups of tied elements; {broken} output rows where the tied "
+        "gradients do not sum to the derivative along the group"))
 
 
 def _fail(res, wrong, expected, received, tol, sig) -> None:

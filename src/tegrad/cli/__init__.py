@@ -45,7 +45,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from .discover import CONVENTION, UsageError, find_pairs, loaded, select
+from .discover import CONVENTION, Discovery, UsageError, find_pairs, loaded, select
 from .options import build_parser
 from .render import make_renderer
 from .runner import Outcome, run_pair
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_FAILED if any(o.failed for o in outcomes) else EXIT_OK
 
 
-def _nothing_found(path: str, discovery, keywords: Sequence[str] | None) -> str:
+def _nothing_found(path: str, discovery: Discovery, keywords: Sequence[str] | None) -> str:
     if discovery.pairs:
         names = ", ".join(p.name for p in discovery.pairs)
         return f"{path}: no pair name contains {' or '.join(map(repr, keywords or []))} ({names})"

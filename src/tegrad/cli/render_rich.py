@@ -32,7 +32,8 @@ KINKS_SHOWN = 4
 
 
 def verdict_text(verdict: str) -> Text:
-    return Text(verdict, style=STYLES.get(verdict, "bold"))
+    """The verdict in its colour: green PASS, red FAIL and ERROR, yellow INCONCLUSIVE."""
+    return Text(verdict, style=STYLES[verdict])
 
 
 class RichRenderer:
@@ -54,14 +55,16 @@ class RichRenderer:
 
     def outcome(self, outcome: Outcome) -> None:
         if self.quiet:
-            line = Text.assemble(verdict_text(f"{outcome.verdict:<12}"), " ",
+            pad = " " * (13 - len(outcome.verdict))
+            line = Text.assemble(verdict_text(outcome.verdict), pad,
                                  (outcome.pair.name, "bold"), "  ", brief(outcome))
             self.console.print(line, soft_wrap=True)  # one line, however long
             return
         self.console.print()
         self.console.print(self._header(outcome))
         if outcome.report is None:
-            title = Text(f"{outcome.error_line()} (while {outcome.stage})", style="bold red")
+            kind = type(outcome.error).__name__
+            title = Text(f"{kind} while {outcome.stage}", style="bold red")
             self.console.print(Panel(Text(outcome.error_text()), title=title,
                                      title_align="left", border_style="red"))
             return
@@ -171,6 +174,6 @@ class RichRenderer:
                           for k in r.kinks[:KINKS_SHOWN])
         more = f" and {len(r.kinks) - KINKS_SHOWN} more" if len(r.kinks) > KINKS_SHOWN else ""
         return Text.assemble(
-            (f"{r.name}: {len(r.kinks)} kinks met", "bold"),
+            (f"{r.name}: {len(r.kinks)} kink{'s' if len(r.kinks) > 1 else ''} met", "bold"),
             f" (any value in [d-, d+] accepted): {shown}{more}",
         )

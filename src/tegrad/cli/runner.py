@@ -13,26 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..check import FAIL, GradCheckReport, check_gradient, check_vjp
+from ..check import FAIL, GradCheckReport
+from ..check.spec import PairSpecError, run_spec
 from .discover import PairFunction
 
 ERROR = "ERROR"
-
-EXPRESSION_REQUIRED = ("output", "inputs")
-EXPRESSION_OPTIONAL = ("grads", "head", "values")
-CALLABLE_REQUIRED = ("forward", "backward", "args")
-
-
-class PairSpecError(Exception):
-    """The dict a pair function returned does not follow the convention."""
-
 
 @dataclass
 class Outcome:
     """One pair's result: its report, or the exception that stopped it.
 
-    ``stage`` says where the exception came from ("calling the pair function", "reading
-    the pair's dict", "checking"); ``seconds`` is the wall time of the whole pair,
+    ``stage`` says where the exception came from ("calling the pair function", or
+    "checking": reading the pair's dict and running the checker); ``seconds`` is the wall time of the whole pair,
     building included (the report's own ``seconds`` is the check alone).
     """
 
@@ -81,52 +73,10 @@ def run_pair(pair: PairFunction, *, options: Mapping[str, Any]) -> Outcome:
     try:
         outcome.stage = "calling the pair function"
         spec = pair.function()
-        outcome.stage = "reading the pair's dict"
-        check, args, kwargs = _check_call(spec)
         outcome.stage = "checking"
-        outcome.report = check(*args, **kwargs, **options, raise_on_failure=False)
+        outcome.report = run_spec(spec, **options, raise_on_failure=False)
         outcome.stage = ""
     except Exception as exc:
         outcome.error = exc
     outcome.seconds = time.perf_counter() - start
     return outcome
-
-
-def _check_call(spec: object) -> tuple[Any, tuple, dict]:
-    """The checker to call on a pair's dict, with its arguments."""
-    if not isinstance(spec, Mapping):
-        raise PairSpecError(
-            f"returned {type(spec).__name__}; a pair returns a dict with keys "
-            f"{_keys(EXPRESSION_REQUIRED)} or {_keys(CALLABLE_REQUIRED)}"
-        )
-    keys = set(spec)
-    expression = keys & set(EXPRESSION_REQUIRED + EXPRESSION_OPTIONAL)
-    callable_form = keys & set(CALLABLE_REQUIRED)
-    if expression and callable_form:
-        raise PairSpecError(
-            f"mixes the tensor-expression keys ({_keys(sorted(expression))}) with the "
-            f"callable keys ({_keys(sorted(callable_form))}); use one form"
-        )
-    if callable_form:
-        _require(keys, CALLABLE_REQUIRED, ())
-        return check_vjp, (spec["forward"], spec["backward"], spec["args"]), {}
-    _require(keys, EXPRESSION_REQUIRED, EXPRESSION_OPTIONAL)
-    kwargs = {k: spec[k] for k in EXPRESSION_OPTIONAL if k in spec}
-    return check_gradient, (spec["output"], spec["inputs"]), kwargs
-
-
-def _require(keys: set, required: tuple[str, ...], optional: tuple[str, ...]) -> None:
-    missing = [k for k in required if k not in keys]
-    unknown = sorted(str(k) for k in keys - set(required + optional))
-    problems = []
-    if missing:
-        problems.append(f"missing {_keys(missing)}")
-    if unknown:
-        allowed = _keys(required + optional)
-        problems.append(f"unknown {_keys(unknown)} (this form takes {allowed})")
-    if problems:
-        raise PairSpecError("the returned dict has " + "; ".join(problems))
-
-
-def _keys(names) -> str:
-    return ", ".join(repr(n) for n in names)
