@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run test bench lint fuzz clean
+.PHONY: setup run test bench bench-check lint fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,9 @@ fuzz: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_gradients.py
+
+bench-check: setup
+	$(BIN)/python benchmarks/bench_gradcheck.py --markdown
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

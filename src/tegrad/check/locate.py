@@ -66,7 +66,9 @@ def _describe_points(mask: np.ndarray) -> str:
         return "at " + ", ".join(str(tuple(int(c) for c in p)) for p in coords)
     per_axis = [f"axis {a} in {_ranges(v, mask.shape[a])}"
                 for a, v in enumerate(values) if len(v) < mask.shape[a]]
-    return f"{len(coords)} elements within " + (" and ".join(per_axis) or "the whole tensor")
+    if not per_axis:
+        return f"{len(coords)} elements scattered over every index of every axis"
+    return f"{len(coords)} elements within " + " and ".join(per_axis)
 
 
 def _ranges(values: np.ndarray, size: int) -> str:

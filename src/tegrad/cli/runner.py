@@ -24,8 +24,9 @@ class Outcome:
     """One pair's result: its report, or the exception that stopped it.
 
     ``stage`` says where the exception came from ("calling the pair function", or
-    "checking": reading the pair's dict and running the checker); ``seconds`` is the wall time of the whole pair,
-    building included (the report's own ``seconds`` is the check alone).
+    "checking": reading the pair's dict and running the checker); ``seconds`` is the
+    wall time of the whole pair, building included (the report's own ``seconds`` is the
+    check alone).
     """
 
     pair: PairFunction
