@@ -26,6 +26,8 @@ def describe_region(mask: np.ndarray) -> str:
         return "none"
     if count == total:
         return f"all {total} elements"
+    if _is_box(mask):
+        return f"{count} of {total} elements: {_describe_points(mask)}"
     parts: list[str] = []
     covered = np.zeros_like(mask)
     grids = np.indices(mask.shape)
@@ -42,6 +44,12 @@ def describe_region(mask: np.ndarray) -> str:
     if rest.any():
         parts.append(_describe_points(rest))
     return f"{count} of {total} elements: " + " or ".join(parts)
+
+
+def _is_box(mask: np.ndarray) -> bool:
+    """Whether the True elements are every combination of some values per axis."""
+    coords = np.argwhere(mask)
+    return len(coords) == int(np.prod([len(np.unique(coords[:, a])) for a in range(mask.ndim)]))
 
 
 def _position(v: int, size: int) -> str:
