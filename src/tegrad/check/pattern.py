@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir.bounds import grid_env
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, unary
 from ..ir.numpy_ops import BINARY
 from ..ir.tensor import Compute, Placeholder, Tensor
@@ -133,7 +134,7 @@ def _read_pairs(t: Compute, read: Read, conds, bound, int_values) -> Relation:
             f"{t.name} reads {read.tensor.name} over {points} index points "
             f"(more than {PATTERN_LIMIT})"
         )
-    env = _grid(variables)
+    env = grid_env(variables)
     shape = [v.extent for v in variables]
     holds = np.ones(shape, bool)
     for c in decidable:
@@ -159,16 +160,6 @@ def _decidable(c: Expr) -> bool:
         if isinstance(x, Read) and not dt.is_int(x.dtype):
             return False
     return True
-
-
-def _grid(variables: list[Var]) -> dict:
-    n = len(variables)
-    env = {}
-    for k, v in enumerate(variables):
-        shape = [1] * n
-        shape[k] = v.extent
-        env[v] = np.arange(v.lo, v.lo + v.extent, dtype=np.int64).reshape(shape)
-    return env
 
 
 def _eval(e: Expr, env: dict, int_values) -> np.ndarray:

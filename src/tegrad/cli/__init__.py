@@ -11,33 +11,7 @@ pairs whose name contains it; ``--plain`` prints ``GradCheckReport.summary()`` p
 ``render`` (plain text, and the choice of renderer), ``render_rich`` (tables and colour;
 rich is imported only when it is used, never by ``import tegrad``).
 
-Convention:
-  FILE.py is imported as a module, with its directory first on sys.path (so it can
-  import its neighbours). Every top-level function whose name starts with "gradcheck_"
-  and that takes no required arguments is a pair; pairs run in the order the file
-  defines them. A pair function returns a dict, either
-
-    {"output": Y, "inputs": [X, ...]}   tensor expressions, checked with
-                                        tg.check_gradient(output, inputs, grads, head,
-                                        values=...). Optional keys: "grads" (one tensor
-                                        per input; absent or None checks the generated
-                                        gradients), "head" (the placeholder the grads
-                                        read as the output gradient), "values" (arrays
-                                        for placeholders, by placeholder or name).
-  or
-    {"forward": f, "backward": b,       NumPy callables, checked with
-     "args": (x, ...)}                  tg.check_vjp(forward, backward, args):
-                                        f(*args) -> array, b(head, *args) -> tuple.
-
-  Any other key, or a dict mixing the two forms, is an error in that pair.
-
-Exit status:
-  0  every pair passed; INCONCLUSIVE counts as passed (it is shown in yellow)
-  1  some pair failed, or raised an exception (its function, or the check on what it
-     returned): the exception is printed under the pair's name, the other pairs still
-     run, and the pair counts as failed
-  2  usage error: bad options, FILE missing or raising when imported, no pairs found
-     in it (or none whose name contains -k)
+The convention and exit statuses (``discover.CONVENTION``, also ``--help``) follow.
 """
 
 from __future__ import annotations
@@ -51,6 +25,7 @@ from .render import make_renderer
 from .runner import Outcome, run_pair
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+__doc__ = f"{__doc__}\n{CONVENTION}"  # one text for the docstring and --help
 
 
 def main(argv: Sequence[str] | None = None) -> int:

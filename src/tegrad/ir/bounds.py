@@ -93,15 +93,20 @@ def is_pure_index(e: Expr) -> bool:
     return all(not isinstance(x, (Read, Reduce)) for x in walk(e))
 
 
-def grid_values(e: Expr, variables: list[Var]) -> np.ndarray:
-    """``e`` at every point of ``variables``' ranges (one array axis per variable)."""
+def grid_env(variables: list[Var]) -> dict[Var, np.ndarray]:
+    """Each variable's values as an array along its own axis of the grid (broadcastable)."""
     n = len(variables)
     env = {}
     for k, v in enumerate(variables):
         shape = [1] * n
         shape[k] = v.extent
         env[v] = np.arange(v.lo, v.lo + v.extent, dtype=np.int64).reshape(shape)
-    return np.broadcast_to(_eval(e, env, {}), [v.extent for v in variables])
+    return env
+
+
+def grid_values(e: Expr, variables: list[Var]) -> np.ndarray:
+    """``e`` at every point of ``variables``' ranges (one array axis per variable)."""
+    return np.broadcast_to(_eval(e, grid_env(variables), {}), [v.extent for v in variables])
 
 
 def _eval(e: Expr, env: dict, memo: dict) -> np.ndarray:
