@@ -7,8 +7,9 @@ gradient tensor per input, generated or hand-written). ``CallablePair`` wraps
 - ``forward(name, xs)``: the float64 forward for a stack of values of one input,
   ``(B,) + shape -> (B,) + out_shape``; an expression pair evaluates the stack in one
   call of the batched graph, a callable pair loops;
-- ``backward(heads)``: the gradients under test, in their own dtype, for a stack of
-  heads (one-hot heads give the backward's Jacobian row by row);
+- ``backward(heads, names=None)``: the gradients under test (of the inputs named, or
+  all), in their own dtype, for a stack of heads (one-hot heads give the backward's
+  Jacobian row by row);
 - ``magnitude(name, ts)``: ``M(f)`` at ``X = |t|`` (see graph.py), or None;
 - ``affine(name)``: whether the forward is affine in that input;
 - counts of forward and backward evaluations (one per stacked value).
@@ -113,9 +114,11 @@ class ExpressionPair(Pair):
             return np.broadcast_to(base, (len(xs), *base.shape)).copy()
         return self._stacked(self._forward_cache, [self.ref], p, self.ref_feed, xs, "fwd")[0]
 
-    def backward(self, heads: np.ndarray) -> dict[str, np.ndarray]:
-        outs = self._stacked(self._backward_cache, self.grads, self.head, self.feed, heads, "bwd")
-        return dict(zip(self.names, outs, strict=True))
+    def backward(self, heads: np.ndarray, names=None) -> dict[str, np.ndarray]:
+        names = list(names or self.names)
+        grads = [self.grad_of[n] for n in names]
+        outs = self._stacked(self._backward_cache, grads, self.head, self.feed, heads, "bwd")
+        return dict(zip(names, outs, strict=True))
 
     def magnitude(self, name: str, ts: np.ndarray) -> np.ndarray | None:
         p = self.ref_input.get(name)
@@ -133,7 +136,7 @@ class ExpressionPair(Pair):
         per_item = max(int(np.prod(o.shape, dtype=np.int64)) for o in outputs)
         per_item = max(per_item, int(np.prod(over.shape, dtype=np.int64)))
         size = min(len(stack), self.chunk(per_item))
-        key = (kind, id(over), size)
+        key = (kind, id(over), size, tuple(id(o) for o in outputs))
         if key not in cache:
             batched, stacked = graph.batch_graph(outputs, over, size)
             leaves = [t for t in topo_tensors(batched) if isinstance(t, Placeholder)]
@@ -248,10 +251,10 @@ class CallablePair(Pair):
         self.forward_evals += len(xs)
         return np.stack(out)
 
-    def backward(self, heads: np.ndarray) -> dict[str, np.ndarray]:
+    def backward(self, heads: np.ndarray, names=None) -> dict[str, np.ndarray]:
         rows = [self._call_backward(h.astype(self.out_dtype)) for h in heads]
         self.backward_evals += len(heads)
-        return {n: np.stack([r[n] for r in rows]) for n in self.names}
+        return {n: np.stack([r[n] for r in rows]) for n in (names or self.names)}
 
     def magnitude(self, name: str, ts: np.ndarray) -> None:
         return None
