@@ -249,3 +249,43 @@ def test_tied_maxima_may_split_the_head_but_not_duplicate_it():
     assert any(c.name == "tie groups moved together" and c.verdict == "FAIL"
                for c in res.checks)
     assert tg.check_gradient(y, [x], values=values).passed  # the generated one splits it
+
+
+def test_scalar_loss_and_zero_dim_input_in_float32():
+    x = tg.placeholder((5, 3), "float32", name="x")
+    s = tg.placeholder((), "float32", name="s")
+    i, j = tg.reduce_axis(5, name="i"), tg.reduce_axis(3, name="j")
+    loss = tg.compute((), lambda: tg.sum((x[i, j] * s[()]) ** 2, axis=[i, j]) / 15.0)
+    report = tg.check_gradient(loss, [x, s])
+    assert report.results["s"].wrong_mask.shape == ()
+    assert report.results["x"].detectable < 1e-4
+
+
+def test_non_finite_forward_is_inconclusive_and_non_finite_gradient_fails():
+    x = tg.placeholder((4,), "float64", name="x")
+    y = tg.compute((4,), lambda i: tg.log(x[i]), name="y")
+    values = {"x": np.array([1.0, 2.0, -1.0, 3.0])}
+    report = tg.check_gradient(y, [x], values=values)  # log(-1) is nan
+    assert report.verdict == "INCONCLUSIVE" and report.passed
+    head = tg.placeholder((4,), "float64", name="dy")
+    inf_grad = tg.compute((4,), lambda i: head[i] / (x[i] - 2.0), name="g")
+    res = tg.check_gradient(y, [x], [inf_grad], head=head, values={"x": np.arange(1.0, 5.0)},
+                            raise_on_failure=False).results["x"]
+    assert res.verdict == "FAIL" and "non-finite" in res.signature
+    assert res.region == "1 of 4 elements: at (1,)"
+
+
+def test_vjp_with_an_integer_argument_checks_only_the_float_ones():
+    rng = np.random.default_rng(5)
+    w, idx = rng.standard_normal((6, 3)), np.array([1, 4, 1, 0])
+
+    def forward(w, idx):
+        return w[idx] * 3.0
+
+    def backward(dy, w, idx):
+        dw = np.zeros_like(w)
+        np.add.at(dw, idx, 3.0 * dy)
+        return dw, None
+
+    report = tg.check_vjp(forward, backward, (w, idx))
+    assert set(report.results) == {"arg0"} and report.passed

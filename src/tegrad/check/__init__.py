@@ -49,7 +49,7 @@ def run_checks(pair, *, seed, probes, elementwise, raise_on_failure, subject
                ) -> GradCheckReport:
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
-    head = rng.standard_normal(pair.out_shape)
+    head = rng.standard_normal(pair.out_shape).astype(pair.out_dtype).astype(np.float64)
     got = pair.backward(head[None].astype(pair.out_dtype))
     results = {
         name: check_input(pair, name, head, got[name][0], rng, probes=probes,
