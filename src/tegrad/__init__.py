@@ -52,6 +52,7 @@ from .frontend.reduce import (
     sum,
 )
 from .ir.expr import Expr, Var
+from .ir.scan import scan
 from .ir.tensor import Compute, Placeholder, Tensor, compute, placeholder
 from .lower.cost import count_ops
 from .simplify import simplify
@@ -105,6 +106,7 @@ __all__ = [
     "prod",
     "reduce_axis",
     "round",
+    "scan",
     "rsqrt",
     "sigmoid",
     "sign",

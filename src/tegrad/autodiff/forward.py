@@ -19,6 +19,7 @@ from collections.abc import Callable
 from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
 from ..ir.expr import SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, cast, const
+from ..ir.scan import ScanOutput
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import children, substitute, topo_tensors
 from .partials import partial
@@ -88,6 +89,8 @@ def reduce_tangent(r: Reduce, go) -> Expr | None:
 
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:
+    from .scan_rules import scan_jvp
+
     """The directional derivative of ``output`` along ``tangents`` (one per input)."""
     inputs, tangents = list(inputs), list(tangents)
     if len(inputs) != len(tangents):
@@ -100,6 +103,11 @@ def jvp(output: Tensor, inputs, tangents) -> Tensor:
             raise ValueError(f"jvp: tangent {t.name} has shape {t.shape}, {x.name} has {x.shape}")
         tangent[x] = t
     for t in topo_tensors([output]):
+        if isinstance(t, ScanOutput) and t.index == 0:
+            states = scan_jvp(t.op, tangent, jvp)
+            if states is not None:
+                tangent.update(zip(t.op.outputs, states, strict=True))
+            continue
         if t in tangent or not isinstance(t, Compute):
             continue
 

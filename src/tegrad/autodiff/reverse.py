@@ -41,6 +41,7 @@ from ..ir.expr import (
     const,
     split_conjunction,
 )
+from ..ir.scan import ScanOp, ScanOutput
 from ..ir.tensor import Compute, Tensor, make_compute
 from ..ir.traverse import (
     children,
@@ -271,7 +272,13 @@ def gradient(
             axes_of[x] = (p, jv)
         return axes_of[x]
 
+    scans_done: dict[ScanOp, int] = {}
     for t in reversed(order):
+        if isinstance(t, ScanOutput):
+            if t in on_path:
+                _scan_step(t, pending.pop(t, None), prefix_shape, adjoint, pending, scans_done,
+                           on_path, axes_for, finish)
+            continue
         if t is not output:
             parts = pending.pop(t, None)
             if parts is None or t not in on_path:
@@ -322,7 +329,43 @@ def _on_path(order: list[Tensor], inputs: set[Tensor]) -> set[Tensor]:
         elif isinstance(t, Compute) and dt.is_float(t.dtype):
             if any(x in reach for x in tensors_read(t.body)):
                 reach.add(t)
+        elif isinstance(t, ScanOutput) and dt.is_float(t.dtype):
+            if any(x in reach for x in t.dependencies()):
+                reach.add(t)
     return reach
+
+
+def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, axes_for,
+               finish) -> None:
+    """Collect the adjoint of one scan output; after the last of its scan's outputs, run
+    the scan's rule (``scan_rules.scan_vjp``) and pass its contributions on."""
+    from .scan_rules import scan_vjp
+
+    if prefix_shape:
+        raise NotImplementedError(
+            f"gradient through scan {t.op.name} with a head prefix {prefix_shape} (or "
+            "head=None, the full Jacobian) is not supported; give a head of the output's shape"
+        )
+    if parts:
+        p, jv = axes_for(t)
+        body = parts[0]
+        for extra in parts[1:]:
+            body = binary("add", body, extra)
+        adjoint[t] = finish(make_compute(t.shape, jv, body, f"{t.name}.adj_in"))
+    op = t.op
+    scans_done[op] = scans_done.get(op, 0) + 1
+    if scans_done[op] < len(op.outputs):
+        return
+    heads = [adjoint.get(o) for o in op.outputs]
+    wanted = {x for x in [*op.inits, *op.external] if x in on_path}
+
+    def step_gradient(y, xs, head):
+        return gradient(y, xs, head, finish)
+
+    for x, contribution in scan_vjp(op, heads, wanted, step_gradient, finish).items():
+        contribution = finish(contribution)
+        _, jv = axes_for(x)
+        pending.setdefault(x, []).append(Read(contribution, jv, contribution.dtype))
 
 
 def identity_head(output: Tensor) -> Compute:

@@ -63,13 +63,20 @@ def _check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
             raise TypeError(f"build inputs must be placeholders; {p.name} is a compute")
     if len(set(ins)) != len(ins):
         raise ValueError("a placeholder is listed twice in build inputs")
+    from ..ir.scan import STATE_OF, ScanOutput
+
     given = set(ins)
     for t in topo_tensors(outs):
         if isinstance(t, Placeholder) and t not in given:
+            if t in STATE_OF:
+                raise ValueError(
+                    f"{t.name} is the state placeholder of scan {STATE_OF[t]}: only that "
+                    "scan's update may read it; read the scan's output instead"
+                )
             raise ValueError(
                 f"output reads placeholder {t.name} {t.shape} {t.dtype}, which is not in inputs"
             )
-        if not isinstance(t, (Placeholder, Compute)):
+        if not isinstance(t, (Placeholder, Compute, ScanOutput)):
             raise TypeError(f"not a tensor: {t!r}")
 
 

@@ -96,8 +96,12 @@ def _var_names(t: Compute) -> dict[Var, str]:
 
 
 def format_tensor(t: Tensor) -> str:
+    from .scan import ScanOutput
+
     if isinstance(t, Placeholder):
         return f"{t.name} = placeholder({t.shape}, {t.dtype})"
+    if isinstance(t, ScanOutput):
+        return _format_scan(t)
     assert isinstance(t, Compute)
     names = _var_names(t)
     lhs = f"{t.name}[{', '.join(names[a] for a in t.axes)}]" if t.axes else t.name
@@ -108,3 +112,19 @@ def format_program(outputs: list[Tensor]) -> str:
     from .traverse import topo_tensors
 
     return "\n".join(format_tensor(t) for t in topo_tensors(outputs))
+
+
+def _format_scan(t) -> str:
+    """A scan prints its body computes (indented) and the recurrence it defines."""
+    op = t.op
+    if t.index != 0:
+        return f"{t.name} = state {t.index} of {op.outputs[0].name}    # {t.shape} {t.dtype}"
+    states = ", ".join(s.name for s in op.states)
+    lines = [f"{t.name} = scan(states [{states}], first {op.init_rows} row(s) from "
+             f"[{', '.join(i.name for i in op.inits)}], then for t in [{op.init_rows}, "
+             f"{op.length}):"]
+    lines += ["    " + format_tensor(c) for c in op.body]
+    updates = ", ".join(f"{s.name}[t] = {u.name}[t]" for s, u in zip(op.states, op.updates,
+                                                                     strict=True))
+    lines.append(f"    {updates})    # {t.shape} {t.dtype}")
+    return "\n".join(lines)

@@ -134,10 +134,16 @@ def tensors_read(e: Expr) -> list[Tensor]:
     return list(out)
 
 
-def topo_tensors(outputs: Iterable[Tensor]) -> list[Tensor]:
-    """Every tensor the outputs depend on (themselves included), inputs first."""
+def topo_tensors(outputs: Iterable[Tensor], stop: Iterable[Tensor] = ()) -> list[Tensor]:
+    """Every tensor the outputs depend on (themselves included), inputs first. The
+    outputs of one scan come out together, after everything any of them depends on (the
+    scan's body is not entered: it is the scan's own). Tensors in ``stop`` are listed but
+    not entered (they are given)."""
+    from .scan import ScanOutput
+
     order: list[Tensor] = []
     seen: set[Tensor] = set()
+    given = set(stop)
 
     def visit(t: Tensor) -> None:
         stack = [(t, False)]
@@ -150,8 +156,15 @@ def topo_tensors(outputs: Iterable[Tensor]) -> list[Tensor]:
                 continue
             seen.add(x)
             stack.append((x, True))
+            if x in given:
+                continue
             if isinstance(x, Compute):
                 stack.extend((d, False) for d in reversed(tensors_read(x.body)) if d not in seen)
+            elif isinstance(x, ScanOutput):
+                siblings = [o for o in x.op.outputs if o is not x]
+                seen.update(siblings)
+                stack[-1:] = [(o, True) for o in reversed(siblings)] + [stack[-1]]
+                stack.extend((d, False) for d in reversed(x.dependencies()) if d not in seen)
 
     for t in outputs:
         visit(t)

@@ -81,9 +81,34 @@ class _Checker:
             return
         if isinstance(e, Read):
             for axis, index in enumerate(e.indices):
-                check_index(self.t.name, e, axis, index, conds)
+                try:
+                    check_index(self.t.name, e, axis, index, conds)
+                except IRError as error:
+                    if not self._earlier_row(e, axis, index, error):
+                        raise
         for c in children(e):
             self.go(c, bound, conds)
+
+
+    def _earlier_row(self, e: Read, axis: int, index: Expr, error: IRError) -> bool:
+        """A read ``P[t - c, ...]`` of a placeholder's earlier row, ``t`` the first axis:
+        the form of a scan update's state read, out of bounds only for ``t < c``. It is
+        recorded (``scan.LAG_READS``) rather than refused; building such a compute
+        anywhere but as a scan update raises the error then."""
+        from .scan import LAG_READS, time_lag
+        from .tensor import Placeholder
+
+        if axis != 0 or not isinstance(e.tensor, Placeholder) or not self.t.axes:
+            return False
+        lag = time_lag(index, self.t.axes[0])
+        if lag is None or lag < 1 or e.tensor.shape[0] != self.t.shape[0]:
+            return False
+        known = LAG_READS.get(self.t)
+        if known is None or lag > known[1]:
+            message = (f"{error} (A read of an earlier row, {e.tensor.name}[t - {lag}], is "
+                       f"valid only in a tg.scan update with state {e.tensor.name}.)")
+            LAG_READS[self.t] = (e.tensor, lag, message)
+        return True
 
 
 def check_index(owner: str, read: Read, axis: int, index: Expr, conds: tuple) -> None:

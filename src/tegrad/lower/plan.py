@@ -7,15 +7,18 @@ Kernel forms:
   scatter      a sum whose ``where`` pins output indices to expressions of the reduce
                axes that could not be inverted: an explicit, deterministic scatter-add
                (see ``scatter.py``)
+  scan         a recurrence: its step graph planned once and run once per step
+               (see ``scan_kernel.py``)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..ir.scan import LAG_READS, ScanOutput
 from ..ir.tensor import Compute, Tensor
 from ..ir.traverse import topo_tensors
-from ..ir.verify import verify_compute
+from ..ir.verify import IRError, verify_compute
 
 
 @dataclass
@@ -40,15 +43,26 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(outputs: list[Tensor]) -> Plan:
+def plan(outputs: list[Tensor], given=()) -> Plan:
+    """Kernels for ``outputs``; tensors in ``given`` are inputs (computed elsewhere)."""
     from .contraction import match_contraction
+    from .scan_kernel import plan_scan
     from .scatter import match_scatter
 
     kernels = []
-    for t in topo_tensors(outputs):
+    given = set(given)
+    for t in topo_tensors(outputs, stop=given):
+        if t in given:
+            continue
+        if isinstance(t, ScanOutput):
+            if t.index == 0:
+                kernels.append(Kernel(t, "scan", plan_scan(t.op)))
+            continue
         if not isinstance(t, Compute):
             continue
         verify_compute(t)
+        if t in LAG_READS:
+            raise IRError(LAG_READS[t][2])
         detail = match_contraction(t)
         if detail is not None:
             kernels.append(Kernel(t, "contraction", detail))
