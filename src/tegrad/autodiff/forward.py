@@ -103,7 +103,8 @@ def jvp(output: Tensor, inputs, tangents) -> Tensor:
             raise ValueError(f"jvp: tangent {t.name} has shape {t.shape}, {x.name} has {x.shape}")
         tangent[x] = t
     for t in topo_tensors([output]):
-        if isinstance(t, ScanOutput) and t.index == 0:
+        if isinstance(t, ScanOutput) and t.index == 0 and not any(
+                o in tangent for o in t.op.outputs):
             states = scan_jvp(t.op, tangent, jvp)
             if states is not None:
                 tangent.update(zip(t.op.outputs, states, strict=True))

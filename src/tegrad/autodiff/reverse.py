@@ -232,8 +232,12 @@ def gradient(
     inputs,
     head: Tensor | None = None,
     finish: Callable[[Compute], Compute] = lambda t: t,
+    independent: bool = False,
 ) -> list[Tensor]:
-    """Reverse-mode derivatives of ``output`` (see ``tegrad.gradient``)."""
+    """Reverse-mode derivatives of ``output`` (see ``tegrad.gradient``). With
+    ``independent``, inputs are leaves: partial derivatives, with no path through an
+    input to another (the step graphs of scans need this: their whole-tensor inputs may
+    depend on each other outside the step)."""
     inputs = list(inputs)
     for x in inputs:
         if not isinstance(x, Tensor):
@@ -273,9 +277,12 @@ def gradient(
         return axes_of[x]
 
     scans_done: dict[ScanOp, int] = {}
+    leaves = set(inputs) if independent else set()
     for t in reversed(order):
         if isinstance(t, ScanOutput):
-            if t in on_path:
+            if t in leaves:
+                _collect(t, pending.pop(t, None), adjoint, axes_for, finish)
+            elif t in on_path:
                 _scan_step(t, pending.pop(t, None), prefix_shape, adjoint, pending, scans_done,
                            on_path, axes_for, finish)
             continue
@@ -290,7 +297,7 @@ def gradient(
             adjoint[t] = finish(
                 make_compute(prefix_shape + t.shape, p + jv, body, f"{output.name}.grad.{t.name}")
             )
-        if not isinstance(t, Compute):
+        if not isinstance(t, Compute) or t in leaves:
             continue
         terms = hoist_reductions(t, reuse_forward(t, backprop_body(t.body, t.axes, differentiable)))
         for x in tensors_read(t.body):
@@ -335,6 +342,16 @@ def _on_path(order: list[Tensor], inputs: set[Tensor]) -> set[Tensor]:
     return reach
 
 
+def _collect(t, parts, adjoint, axes_for, finish) -> None:
+    """The adjoint of a scan output: the sum of the contributions that reached it."""
+    if parts:
+        _, jv = axes_for(t)
+        body = parts[0]
+        for extra in parts[1:]:
+            body = binary("add", body, extra)
+        adjoint[t] = finish(make_compute(t.shape, jv, body, f"{t.name}.adj_in"))
+
+
 def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, axes_for,
                finish) -> None:
     """Collect the adjoint of one scan output; after the last of its scan's outputs, run
@@ -346,21 +363,18 @@ def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, ax
             f"gradient through scan {t.op.name} with a head prefix {prefix_shape} (or "
             "head=None, the full Jacobian) is not supported; give a head of the output's shape"
         )
-    if parts:
-        p, jv = axes_for(t)
-        body = parts[0]
-        for extra in parts[1:]:
-            body = binary("add", body, extra)
-        adjoint[t] = finish(make_compute(t.shape, jv, body, f"{t.name}.adj_in"))
+    _collect(t, parts, adjoint, axes_for, finish)
     op = t.op
     scans_done[op] = scans_done.get(op, 0) + 1
     if scans_done[op] < len(op.outputs):
         return
     heads = [adjoint.get(o) for o in op.outputs]
     wanted = {x for x in [*op.inits, *op.external] if x in on_path}
+    if not wanted:  # nothing upstream is differentiated (the outputs are the inputs)
+        return
 
     def step_gradient(y, xs, head):
-        return gradient(y, xs, head, finish)
+        return gradient(y, xs, head, finish, independent=True)
 
     for x, contribution in scan_vjp(op, heads, wanted, step_gradient, finish).items():
         contribution = finish(contribution)
