@@ -1,0 +1,189 @@
+"""Recurrent layers written with ``tg.scan``, in PyTorch's layouts and gate orders, so
+``torch.nn.RNN`` / ``LSTM`` / ``GRU`` weights load directly (one layer, one direction,
+``batch_first=False``):
+
+    x (L, N, I), h0 (N, H), weight_ih (G H, I), weight_hh (G H, H), bias_ih/hh (G H,)
+    output (L, N, H) = the hidden state after each step, as torch's ``output``
+
+Gates (torch's order): LSTM ``i, f, g, o`` (``G = 4``), GRU ``r, z, n`` (``G = 3``).
+The input projection ``x W_ih^T + b_ih`` of every step is one contraction outside the
+scan (as cuDNN and PyTorch do it); inside, each step is a contraction with ``W_hh`` and
+elementwise gate arithmetic. The scan's state has ``L + 1`` rows: row 0 is ``h0``.
+"""
+
+from __future__ import annotations
+
+from ..frontend.math import exp, if_then_else, sigmoid, tanh
+from ..frontend.reduce import reduce_axis
+from ..frontend.reduce import sum as tsum
+from ..ir.scan import scan
+from ..ir.tensor import Tensor, compute, placeholder, unique_name
+
+
+def _projection(x: Tensor, weight: Tensor, bias: Tensor | None, name: str) -> Tensor:
+    """``P[t, n, j] = sum_k x[t - 1, n, k] W[j, k] (+ b[j])`` for every step at once,
+    aligned with the state's rows (row ``t`` of the state is step ``t - 1`` of ``x``;
+    row 0, the initial state, gets zeros)."""
+    k = reduce_axis(x.shape[2], name="k")
+    prod = compute((x.shape[0], x.shape[1], weight.shape[0]),
+                   lambda t, n, j: tsum(x[t, n, k] * weight[j, k], axis=k), name=name)
+    rows = (x.shape[0] + 1, x.shape[1], weight.shape[0])
+
+    def aligned(t, n, j):
+        value = prod[t - 1, n, j] if bias is None else prod[t - 1, n, j] + bias[j]
+        return if_then_else(t >= 1, value, 0.0)
+
+    return compute(rows, aligned, name=f"{name}.rows")
+
+
+def _recurrent_product(state, weight: Tensor, name: str) -> Tensor:
+    """``R[t, n, j] = sum_k state[t - 1, n, k] W[j, k]`` (the step's hidden product)."""
+    k = reduce_axis(weight.shape[1], name="k")
+    return compute((state.shape[0], state.shape[1], weight.shape[0]),
+                   lambda t, n, j: tsum(state[t - 1, n, k] * weight[j, k], axis=k), name=name)
+
+
+def _with_h0(h0: Tensor, name: str) -> Tensor:
+    return compute((1, *h0.shape), lambda _, n, j: h0[n, j], name=name)
+
+
+def _steps(history: Tensor, name: str) -> Tensor:
+    """Rows 1..L of a state history (row 0 is the initial state)."""
+    return compute((history.shape[0] - 1, *history.shape[1:]),
+                   lambda t, n, j: history[t + 1, n, j], name=name)
+
+
+def _hidden_bias(bias_hh: Tensor | None, j):
+    return 0.0 if bias_hh is None else bias_hh[j]
+
+
+def rnn(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh",
+        name=None) -> Tensor:
+    """Elman RNN, ``torch.nn.RNN``: ``h_t = act(x_t W_ih^T + b_ih + h_(t-1) W_hh^T + b_hh)``."""
+    if nonlinearity not in ("tanh", "relu"):
+        raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+    name = name or unique_name("rnn")
+    steps, batch, hidden = x.shape[0], x.shape[1], weight_hh.shape[1]
+    px = _projection(x, weight_ih, bias_ih, f"{name}.x_proj")
+    h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
+    ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
+
+    def act(v):
+        return tanh(v) if nonlinearity == "tanh" else _relu(v)
+
+    update = compute(h.shape, lambda t, n, j: act(
+        px[t, n, j] + ph[t, n, j] + _hidden_bias(bias_hh, j)), name=f"{name}.update")
+    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name)
+    return _steps(history, f"{name}.output")
+
+
+def _relu(v):
+    from ..frontend.math import maximum
+
+    return maximum(v, 0.0)
+
+
+def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None
+         ) -> tuple[Tensor, Tensor, Tensor]:
+    """``torch.nn.LSTM`` (gates ``i, f, g, o``): returns ``(output, h_n, c_n)`` with
+    ``output`` (L, N, H) and ``h_n``, ``c_n`` (N, H) as torch's ``(h_n[0], c_n[0])``."""
+    name = name or unique_name("lstm")
+    steps, batch, hidden = x.shape[0], x.shape[1], weight_hh.shape[1]
+    px = _projection(x, weight_ih, bias_ih, f"{name}.x_proj")
+    h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
+    c = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.c")
+    ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
+
+    def gate(t, n, j, k):  # pre-activation of gate k (0 i, 1 f, 2 g, 3 o)
+        col = k * hidden + j
+        return px[t, n, col] + ph[t, n, col] + _hidden_bias(bias_hh, col)
+
+    c_new = compute(c.shape, lambda t, n, j: sigmoid(gate(t, n, j, 1)) * c[t - 1, n, j]
+                    + sigmoid(gate(t, n, j, 0)) * tanh(gate(t, n, j, 2)), name=f"{name}.c_new")
+    h_new = compute(h.shape, lambda t, n, j: sigmoid(gate(t, n, j, 3)) * tanh(c_new[t, n, j]),
+                    name=f"{name}.h_new")
+    hs, cs = scan([_with_h0(h0, f"{name}.h0"), _with_h0(c0, f"{name}.c0")], [h_new, c_new],
+                  [h, c], name=name)
+    last = steps
+    h_n = compute((batch, hidden), lambda n, j: hs[last, n, j], name=f"{name}.h_n")
+    c_n = compute((batch, hidden), lambda n, j: cs[last, n, j], name=f"{name}.c_n")
+    return _steps(hs, f"{name}.output"), h_n, c_n
+
+
+def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None) -> Tensor:
+    """``torch.nn.GRU`` (gates ``r, z, n``):
+    ``r = s(x_r + h_r)``, ``z = s(x_z + h_z)``, ``n = tanh(x_n + r (h W_hn^T + b_hn))``,
+    ``h' = (1 - z) n + z h``."""
+    name = name or unique_name("gru")
+    steps, batch, hidden = x.shape[0], x.shape[1], weight_hh.shape[1]
+    px = _projection(x, weight_ih, bias_ih, f"{name}.x_proj")
+    h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
+    ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
+
+    def pre(t, n, j, k):
+        col = k * hidden + j
+        return px[t, n, col], ph[t, n, col] + _hidden_bias(bias_hh, col)
+
+    def update_fn(t, n, j):
+        xr, hr = pre(t, n, j, 0)
+        xz, hz = pre(t, n, j, 1)
+        xn, hn = pre(t, n, j, 2)
+        r, z = sigmoid(xr + hr), sigmoid(xz + hz)
+        cand = tanh(xn + r * hn)
+        return (1.0 - z) * cand + z * h[t - 1, n, j]
+
+    update = compute(h.shape, update_fn, name=f"{name}.update")
+    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name)
+    return _steps(history, f"{name}.output")
+
+
+def cumsum(x: Tensor, dim: int = 0, name=None) -> Tensor:
+    """``torch.cumsum`` along ``dim``, as a scan over that axis."""
+    return _cumulative(x, dim, "sum", name or unique_name("cumsum"))
+
+
+def cumprod(x: Tensor, dim: int = 0, name=None) -> Tensor:
+    """``torch.cumprod`` along ``dim``, as a scan over that axis."""
+    return _cumulative(x, dim, "prod", name or unique_name("cumprod"))
+
+
+def logcumsumexp(x: Tensor, dim: int = 0, name=None) -> Tensor:
+    """``torch.logcumsumexp``: ``y_t = y_(t-1) + log(1 + exp(x_t - y_(t-1)))``, written
+    stably as ``max + log(exp(y - max) + exp(x - max))``."""
+    return _cumulative(x, dim, "logsumexp", name or unique_name("logcumsumexp"))
+
+
+def _cumulative(x: Tensor, dim: int, kind: str, name: str) -> Tensor:
+    from ..frontend.math import log, maximum
+
+    dim = dim % x.ndim
+    perm = [dim] + [a for a in range(x.ndim) if a != dim]
+    moved_shape = tuple(x.shape[a] for a in perm)
+
+    def moved(*i):  # x with axis ``dim`` first
+        index = [None] * x.ndim
+        for pos, a in enumerate(perm):
+            index[a] = i[pos]
+        return x[tuple(index)]
+
+    state = placeholder(moved_shape, x.dtype, f"{name}.state")
+    init = compute((1, *moved_shape[1:]), lambda _, *r: moved(0, *r), name=f"{name}.first")
+
+    def step(t, *r):
+        prev, cur = state[(t - 1, *r)], moved(t, *r)
+        if kind == "sum":
+            return prev + cur
+        if kind == "prod":
+            return prev * cur
+        top = maximum(prev, cur)
+        return top + log(exp(prev - top) + exp(cur - top))
+
+    history = scan(init, compute(moved_shape, step, name=f"{name}.step"), state, name=name)
+
+    def back(*i):
+        index = [None] * x.ndim
+        for pos, a in enumerate(perm):
+            index[pos] = i[a]
+        return history[tuple(index)]
+
+    return compute(x.shape, back, name=f"{name}.out")
