@@ -33,15 +33,21 @@ from ..ir import dtype as dt
 from ..ir.bounds import interval
 from ..ir.expr import SUM, Expr, Read, Reduce, Var, binary, conjunction, const, select
 from ..ir.scan import ScanOp, lift, scan
-from ..ir.tensor import Placeholder, Tensor, make_compute, placeholder
+from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
+from ..ir.traverse import substitute
 from .reductions import zero
 
 
-def _clamped(index: Expr, size: int) -> Expr:
-    iv = interval(index)
-    if iv is not None and iv[0] >= 0 and iv[1] < size:
-        return index
-    return binary("min", binary("max", index, const(0)), const(size - 1))
+def _row_read(tensor: Tensor, row: Expr, idx: tuple) -> Expr:
+    """``tensor[row, idx]``, or 0 where ``row`` can leave the tensor (only at steps whose
+    terms are discarded): a guarded read keeps the index affine for the lowering."""
+    read = Read(tensor, (row, *idx), tensor.dtype)
+    iv = interval(row)
+    if iv is not None and iv[0] >= 0 and iv[1] < tensor.shape[0]:
+        return read
+    inside = conjunction([binary("le", const(0), row),
+                          binary("lt", row, const(tensor.shape[0]))])
+    return select(inside, read, zero(tensor.dtype))
 
 
 def _time_index(a: int, step: Expr, b: int) -> Expr:
@@ -53,7 +59,6 @@ def _forward_reads(op: ScanOp, step_of):
     g = op.step()
     lag_of = {p: key for key, p in g.lagged.items()}
     slice_of = {p: key for key, p in g.sliced.items()}
-    T = op.length
 
     update_of = {y: s for s, y in enumerate(g.outputs)}
 
@@ -62,17 +67,13 @@ def _forward_reads(op: ScanOp, step_of):
         if p is g.time:
             return tau
         if p in update_of:  # a step's new row: stored in the history, at step tau >= k
-            out = op.outputs[update_of[p]]
-            return Read(out, (_clamped(tau, T), *idx), out.dtype)
+            return _row_read(op.outputs[update_of[p]], tau, idx)
         if p in lag_of:
             s, c = lag_of[p]
-            out = op.outputs[s]
-            row = _clamped(binary("sub", tau, const(c)), T)
-            return Read(out, (row, *idx), out.dtype)
+            return _row_read(op.outputs[s], binary("sub", tau, const(c)), idx)
         if p in slice_of:
             u, a, b = slice_of[p]
-            row = _clamped(_time_index(a, tau, b), u.shape[0])
-            return Read(u, (row, *idx), u.dtype)
+            return _row_read(u, _time_index(a, tau, b), idx)
         return None
 
     return read_at, {g.time, *lag_of, *slice_of, *update_of}
@@ -88,17 +89,16 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
     ``wanted``, given the heads of the scan's outputs (None: zero)."""
     g = op.step()
     T, k = op.length, op.init_rows
-    n = len(op.states)
     mu = [placeholder(s.shape[1:], s.dtype, f"{s.name}.adj") for s in op.states]
     slices = {key: p for key, p in g.sliced.items()
               if key[0] in wanted and dt.is_float(p.dtype)}
     wholes = [u for u in g.full if u in wanted and dt.is_float(u.dtype)]
     targets = [*g.lagged.values(), *slices.values(), *wholes]
-    vjp: dict[Tensor, Tensor | None] = {p: None for p in targets}
-    if targets:
-        for s in range(n):
-            for p, grad in zip(targets, gradient(g.outputs[s], targets, mu[s]), strict=True):
-                vjp[p] = _add(vjp[p], grad)
+    # the step graph's VJP for all states at once: the gradient of the 0-d step
+    # "loss" sum_s <mu_s, Y_s>, so the states' shared intermediates are differentiated once
+    step_loss = _weighted_sum(g.outputs, mu, f"{op.name}.step_loss")
+    grads = gradient(step_loss, targets, None) if targets else []
+    vjp: dict[Tensor, Tensor] = dict(zip(targets, grads, strict=True))
 
     # the adjoint scan, in reversed time r = T - 1 - t
     lam = [placeholder(s.shape, s.dtype, f"{s.name}.adj") for s in op.states]
@@ -117,7 +117,7 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
         if head is not None:
             terms.append(Read(head, (binary("sub", const(T - 1), r), *d_axes), head.dtype))
         for (s_lag, c), p in g.lagged.items():
-            if s_lag != s or vjp.get(p) is None:
+            if s_lag != s:
                 continue
             if c not in fwd_read_cache:
                 fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish)
@@ -139,21 +139,28 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
 
     out: dict[Tensor, Tensor] = {}
     if slices or wholes:
-        read_fwd, stepwise = _forward_reads(op, lambda r: r)
+        # lifted over the steps that exist, t = r + k (no row before 0 is read)
+        def step_of(r):
+            return binary("add", r, const(k))
+
+        read_fwd, stepwise = _forward_reads(op, step_of)
         mu_index = {m: s for s, m in enumerate(mu)}
 
         def read_at(p, r, idx):
             if p in mu_index:
-                return lam_read(mu_index[p], r, idx)
+                return lam_read(mu_index[p], step_of(r), idx)
             return read_fwd(p, r, idx)
 
         names = [*slices.values(), *wholes]
-        lifted = lift([vjp[p] for p in names], stepwise | set(mu), read_at, T, "lift", finish)
+        lifted = lift([vjp[p] for p in names], stepwise | set(mu), read_at, T - k, "lift",
+                      finish)
         by_target = dict(zip(names, lifted, strict=True))
         for (u, a, b), p in slices.items():
-            out[u] = _add(out.get(u), _sum_over_steps(by_target[p], u, k, T, (a, b)))
+            total = _sum_over_steps(by_target[p], u, k, T, (a, b), by_target[p] is not vjp[p])
+            out[u] = _add(out.get(u), finish(total))
         for u in wholes:
-            out[u] = _add(out.get(u), _sum_over_steps(by_target[u], u, k, T, None))
+            total = _sum_over_steps(by_target[u], u, k, T, None, by_target[u] is not vjp[u])
+            out[u] = _add(out.get(u), finish(total))
     for s, init in enumerate(op.inits):
         if init in wanted and dt.is_float(init.dtype):
             axes = tuple(Var.fresh(f"j{i}", 0, e) for i, e in enumerate(init.shape))
@@ -179,24 +186,42 @@ def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish) -> dict[Tensor, Tens
             return Read(state, (binary("sub", r, const(c)), *idx), state.dtype)
         return read_fwd(p, r, idx)
 
-    wanted = [p for (s, lag), p in g.lagged.items() if lag == c and vjp.get(p) is not None]
+    wanted = [p for (s, lag), p in g.lagged.items() if lag == c]
     lifted = lift([vjp[p] for p in wanted], stepwise | set(mu), read_at, T, f"adj{c}", finish)
     return dict(zip(wanted, lifted, strict=True))
 
 
-def _sum_over_steps(lifted: Tensor, u: Tensor, k: int, T: int, affine) -> Tensor:
-    """``sum_(t in [k, T)) lifted[t, ...]`` into ``u``'s shape; with ``affine = (a, b)``
-    the step ``t`` lands on row ``a t + b`` of ``u``."""
+def _weighted_sum(outputs, heads, name: str) -> Tensor:
+    """``sum_s sum_d heads_s[d] outputs_s[d]`` as one 0-d compute."""
+    total = None
+    for y, m in zip(outputs, heads, strict=True):
+        axes = tuple(Var.fresh(f"d{i}", 0, e) for i, e in enumerate(y.shape))
+        term = binary("mul", Read(m, axes, m.dtype), Read(y, axes, y.dtype))
+        term = Reduce(SUM, term, axes, None, y.dtype) if axes else term
+        total = term if total is None else binary("add", total, term)
+    return make_compute((), (), total, name)
+
+
+def _sum_over_steps(lifted: Tensor, u: Tensor, k: int, T: int, affine, per_step: bool
+                    ) -> Tensor:
+    """``sum_(t in [k, T)) V_t`` into ``u``'s shape, ``lifted[r]`` holding ``V`` at step
+    ``t = r + k``; with ``affine = (a, b)`` step ``t`` lands on row ``a t + b`` of ``u``.
+    The lifted body is inlined, so a per-step product summed over time is one sum (one
+    contraction)."""
     axes = tuple(Var.fresh(f"j{i}", 0, e) for i, e in enumerate(u.shape))
-    t = Var.fresh("t", k, T - k)
-    if affine is None:
-        value = Read(lifted, (t, *axes), lifted.dtype)
-        where = None
-    else:
+    r = Var.fresh("t", 0, T - k)
+    rest = axes if affine is None else axes[1:]
+    if per_step and isinstance(lifted, Compute):
+        value = substitute(lifted.body, dict(zip(lifted.axes, (r, *rest), strict=True)))
+    elif per_step:
+        value = Read(lifted, (r, *rest), lifted.dtype)
+    else:  # the same at every step
+        value = Read(lifted, rest, lifted.dtype)
+    where = None
+    if affine is not None:
         a, b = affine
-        value = Read(lifted, (t, *axes[1:]), lifted.dtype)
-        where = binary("eq", _time_index(a, t, b), axes[0])
-    body = Reduce(SUM, value, (t,), where, u.dtype)
+        where = binary("eq", _time_index(a, binary("add", r, const(k)), b), axes[0])
+    body = Reduce(SUM, value, (r,), where, u.dtype)
     return make_compute(u.shape, axes, body, f"{u.name}.scan_grad")
 
 
@@ -233,9 +258,7 @@ def scan_jvp(op: ScanOp, tangent: dict[Tensor, Tensor], jvp, finish=lambda c: c
             return Read(dstate[s], (binary("sub", r, const(c)), *idx), dstate[s].dtype)
         if p in slice_t:
             u, a, b = slice_t[p]
-            du = tangent[u]
-            row = _clamped(_time_index(a, r, b), u.shape[0])
-            return Read(du, (row, *idx), du.dtype)
+            return _row_read(tangent[u], _time_index(a, r, b), idx)
         return read_fwd(p, r, idx)
 
     steps = [jvp(y, inputs, tangents) for y in g.outputs]

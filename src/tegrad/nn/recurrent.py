@@ -93,10 +93,11 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None
     h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
     c = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.c")
     ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
+    gates = compute(ph.shape, lambda t, n, j: px[t, n, j] + ph[t, n, j]
+                    + _hidden_bias(bias_hh, j), name=f"{name}.gates")
 
     def gate(t, n, j, k):  # pre-activation of gate k (0 i, 1 f, 2 g, 3 o)
-        col = k * hidden + j
-        return px[t, n, col] + ph[t, n, col] + _hidden_bias(bias_hh, col)
+        return gates[t, n, k * hidden + j]
 
     c_new = compute(c.shape, lambda t, n, j: sigmoid(gate(t, n, j, 1)) * c[t - 1, n, j]
                     + sigmoid(gate(t, n, j, 0)) * tanh(gate(t, n, j, 2)), name=f"{name}.c_new")

@@ -9,9 +9,9 @@ interned), so simplifying the same sub-expression twice is free.
 from __future__ import annotations
 
 from ..ir import dtype as dt
-from ..ir.expr import Expr, Read, Reduce, node_memo
+from ..ir.expr import Expr, Read, Reduce, conjunction, node_memo
 from ..ir.tensor import Compute, Tensor, make_compute
-from ..ir.traverse import topo_tensors, transform
+from ..ir.traverse import free_vars, topo_tensors, transform
 from .algebra import fold
 from .canonical import canonical_axes
 from .gather import solve_sum
@@ -20,12 +20,28 @@ from .reuse import reuse_computed
 MAX_PASSES = 4
 
 
+def merge_nested_sums(e: Expr) -> Expr | None:
+    """sum_a (sum_b x) = sum_(a, b) x, when x depends on a (otherwise the inner sum is a
+    factor of the outer and stays apart). One sum over both axes is what the contraction
+    lowering matches: a scan's weight gradient sums a per-step product over time."""
+    if not (isinstance(e, Reduce) and e.combiner.kind == "sum"):
+        return None
+    inner = e.source
+    if not (isinstance(inner, Reduce) and inner.combiner.kind == "sum"
+            and inner.dtype == e.dtype and free_vars(inner.source) & set(e.axes)):
+        return None
+    where = conjunction(w for w in (e.where, inner.where) if w is not None)
+    return Reduce(e.combiner, inner.source, e.axes + inner.axes, where, e.dtype)
+
+
 def _rule(e: Expr) -> Expr | None:
     changed = False
     for _ in range(16):
         out = fold(e)
         if out is None or out is e:
-            break
+            out = merge_nested_sums(e)
+            if out is None:
+                break
         e, changed = out, True
     if isinstance(e, Reduce) and e.combiner.kind == "sum" and dt.is_float(e.dtype):
         out = solve_sum(e, simplify_expr)
