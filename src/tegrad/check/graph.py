@@ -35,6 +35,7 @@ from ..ir.expr import (
     binary,
     unary,
 )
+from ..ir.scan import ScanOutput
 from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
 from ..ir.traverse import children, topo_tensors, transform, walk
 
@@ -50,7 +51,15 @@ def map_graph(
     compute given the new versions of everything it reads."""
     new: dict[Tensor, Tensor] = {}
     for t in topo_tensors(outputs):
-        new[t] = leaf(t) if isinstance(t, Placeholder) else rebuild(t, new)
+        if isinstance(t, ScanOutput):
+            if any(new[d] is not d for d in t.dependencies()):
+                raise NotImplementedError(
+                    f"scan {t.op.name}: the checker cannot rewrite a scan's inputs (batched "
+                    "or float32-to-float64 evaluation); it evaluates scans as they are"
+                )
+            new[t] = t
+        else:
+            new[t] = leaf(t) if isinstance(t, Placeholder) else rebuild(t, new)
     return [new[o] for o in outputs]
 
 
@@ -87,7 +96,7 @@ def promote_graph(outputs: Sequence[Tensor]) -> tuple[list[Tensor], dict[Placeho
     leaves: dict[Placeholder, Placeholder] = {}
 
     def leaf(p: Placeholder) -> Tensor:
-        q = placeholder(p.shape, F64, p.name) if dt.is_float(p.dtype) else p
+        q = placeholder(p.shape, F64, p.name) if p.dtype in dt.FLOATS and p.dtype != F64 else p
         leaves[p] = q
         return q
 
@@ -155,7 +164,7 @@ def magnitude_graph(
             if dt.is_float(t.dtype):
                 twins[t] = mag[t] = placeholder(t.shape, t.dtype, f"|{t.name}|")
             continue
-        if dt.is_float(t.dtype):
+        if isinstance(t, Compute) and dt.is_float(t.dtype):
             mag[t] = make_compute(t.shape, t.axes, _magnitude(t.body, mag), f"|{t.name}|")
     return [mag.get(o, o) for o in outputs], twins
 
@@ -200,6 +209,9 @@ def degree(output: Tensor, p: Placeholder) -> int:
     for t in topo_tensors([output]):
         if isinstance(t, Placeholder):
             of_tensor[t] = AFFINE if t is p else INDEPENDENT
+        elif isinstance(t, ScanOutput):  # a recurrence: treated as nonlinear in its inputs
+            deps = max((of_tensor[d] for d in t.dependencies()), default=INDEPENDENT)
+            of_tensor[t] = NONLINEAR if deps else INDEPENDENT
         else:
             of_tensor[t] = _degree(t.body, of_tensor, {})
     return of_tensor[output]
@@ -258,7 +270,15 @@ def accumulation_length(outputs: Sequence[Tensor]) -> int:
     sum over ``K`` points adds ``K``."""
     of_tensor: dict[Tensor, int] = {}
     for t in topo_tensors(outputs):
-        of_tensor[t] = 0 if isinstance(t, Placeholder) else _chain(t.body, of_tensor)
+        if isinstance(t, Placeholder):
+            of_tensor[t] = 0
+        elif isinstance(t, ScanOutput):  # every step adds its body's chain
+            body = {c: 0 for c in t.op.states}
+            per_step = max(_chain(c.body, {**of_tensor, **body}) for c in t.op.body)
+            deps = max((of_tensor.get(d, 0) for d in t.dependencies()), default=0)
+            of_tensor[t] = deps + per_step * (t.op.length - t.op.init_rows)
+        else:
+            of_tensor[t] = _chain(t.body, of_tensor)
     return max(1, *(of_tensor[o] for o in outputs))
 
 

@@ -28,6 +28,7 @@ from ..ir import dtype as dt
 from ..ir.bounds import grid_env
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, unary
 from ..ir.numpy_ops import BINARY
+from ..ir.scan import ScanOutput
 from ..ir.tensor import Compute, Placeholder, Tensor
 from ..ir.traverse import free_vars, topo_tensors, walk
 
@@ -49,6 +50,8 @@ def dependency(output: Tensor, source: Placeholder, int_values) -> tuple[Relatio
     rel: dict[Tensor, Relation] = {source: _identity(source.size)}
     exact = True
     for t in topo_tensors([output]):
+        if isinstance(t, ScanOutput):
+            raise PatternUnavailable(f"{t.name} is a scan (its pattern is not enumerated)")
         if t is source or not isinstance(t, Compute) or not dt.is_float(t.dtype):
             continue
         parts = []

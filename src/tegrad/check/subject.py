@@ -138,7 +138,10 @@ class ExpressionPair(Pair):
         size = min(len(stack), self.chunk(per_item))
         key = (kind, id(over), size, tuple(id(o) for o in outputs))
         if key not in cache:
-            batched, stacked = graph.batch_graph(outputs, over, size)
+            try:
+                batched, stacked = graph.batch_graph(outputs, over, size)
+            except NotImplementedError:  # a scan: one evaluation per stacked value
+                return self._one_by_one(outputs, over, feed, stack, kind)
             leaves = [t for t in topo_tensors(batched) if isinstance(t, Placeholder)]
             cache[key] = (build(leaves, batched), leaves, stacked)
         fn, leaves, stacked = cache[key]
@@ -160,6 +163,17 @@ class ExpressionPair(Pair):
         elif kind == "fwd":
             self.forward_evals += len(stack)
         return [np.concatenate(r) for r in results]
+
+    def _one_by_one(self, outputs, over, feed, stack, kind) -> list[np.ndarray]:
+        leaves = [t for t in topo_tensors(outputs) if isinstance(t, Placeholder)]
+        fn = build(leaves, list(outputs))
+        rows = [fn(*(item if t is over else feed[t] for t in leaves)) for item in stack]
+        if kind == "bwd":
+            self.backward_evals += len(stack)
+        elif kind == "fwd":
+            self.forward_evals += len(stack)
+        return [np.stack([np.broadcast_to(r[k], o.shape) for r in rows])
+                for k, o in enumerate(outputs)]
 
     def condition_source(self, name: str):
         return self.grad_of[name]

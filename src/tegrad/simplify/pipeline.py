@@ -67,6 +67,8 @@ def simplify_expr(e: Expr) -> Expr:
 
 
 def simplify_compute(t: Compute) -> Compute:
+    if not isinstance(t, Compute):  # a scan's output: its body is simplified when built
+        return t
     body = simplify_expr(t.body)
     return t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
 

@@ -1,0 +1,209 @@
+"""tg.scan: forward semantics, validation, reverse and forward mode, higher order, and the
+recurrent layers of tg.nn against torch.nn.RNN / LSTM / GRU and torch.cumsum/cumprod in
+float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import tegrad as tg
+
+F64 = "float64"
+
+
+def ph(shape, name, dtype=F64):
+    return tg.placeholder(shape, dtype, name=name)
+
+
+def recurrent_case(kind: str, steps: int, batch: int, inputs: int, hidden: int, seed: int):
+    gates = {"rnn": 1, "lstm": 4, "gru": 3}[kind]
+    x, h0, c0 = ph((steps, batch, inputs), "x"), ph((batch, hidden), "h0"), ph(
+        (batch, hidden), "c0")
+    wih, whh = ph((gates * hidden, inputs), "wih"), ph((gates * hidden, hidden), "whh")
+    bih, bhh = ph((gates * hidden,), "bih"), ph((gates * hidden,), "bhh")
+    if kind == "lstm":
+        out = tg.nn.lstm(x, h0, c0, wih, whh, bih, bhh)[0]
+        module = torch.nn.LSTM(inputs, hidden)
+    elif kind == "gru":
+        out = tg.nn.gru(x, h0, wih, whh, bih, bhh)
+        module = torch.nn.GRU(inputs, hidden)
+    else:
+        out = tg.nn.rnn(x, h0, wih, whh, bih, bhh)
+        module = torch.nn.RNN(inputs, hidden)
+    module = module.double()
+    rng = np.random.default_rng(seed)
+    placeholders = [x, h0, wih, whh, bih, bhh] + ([c0] if kind == "lstm" else [])
+    values = {p: rng.standard_normal(p.shape) * (0.5 if p.name[0] in "wb" else 1.0)
+              for p in placeholders}
+    with torch.no_grad():
+        for torch_name, p in (("weight_ih_l0", wih), ("weight_hh_l0", whh),
+                              ("bias_ih_l0", bih), ("bias_hh_l0", bhh)):
+            getattr(module, torch_name).copy_(torch.from_numpy(values[p]))
+    return out, placeholders, values, module
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+@pytest.mark.parametrize("steps,batch,inputs,hidden", [(1, 2, 3, 4), (5, 3, 4, 6), (9, 1, 2, 3)])
+def test_recurrent_layers_match_torch(kind, steps, batch, inputs, hidden):
+    out, placeholders, values, module = recurrent_case(kind, steps, batch, inputs, hidden, 7)
+    head = ph(out.shape, "dout")
+    grads = tg.gradient(out, placeholders, head=head)
+    dout = np.random.default_rng(8).standard_normal(out.shape)
+    got = tg.evaluate([out, *grads], {**values, head: dout})
+    tx = {p: torch.tensor(values[p], requires_grad=True) for p in placeholders}
+    x, h0 = tx[placeholders[0]], tx[placeholders[1]][None]
+    if kind == "lstm":
+        ref_out, _ = module(x, (h0, tx[placeholders[-1]][None]))
+    else:
+        ref_out, _ = module(x, h0)
+    wrt = [x, tx[placeholders[1]], module.weight_ih_l0, module.weight_hh_l0,
+           module.bias_ih_l0, module.bias_hh_l0] + ([tx[placeholders[-1]]] if kind == "lstm"
+                                                     else [])
+    ref = torch.autograd.grad(ref_out, wrt, torch.from_numpy(dout))
+    np.testing.assert_allclose(got[0], ref_out.detach().numpy(), rtol=1e-10, atol=1e-12)
+    for g, r, p in zip(got[1:], ref, placeholders, strict=True):
+        np.testing.assert_allclose(g, r.detach().numpy(), rtol=1e-9, atol=1e-11,
+                                   err_msg=f"{kind} gradient of {p.name}")
+
+
+@pytest.mark.parametrize("fn,ref", [(tg.nn.cumsum, torch.cumsum), (tg.nn.cumprod, torch.cumprod),
+                                    (tg.nn.logcumsumexp, torch.logcumsumexp)])
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_cumulative_ops_match_torch(fn, ref, dim):
+    x = ph((3, 5, 4), "x")
+    y = fn(x, dim=dim)
+    head = ph(y.shape, "dy")
+    (dx,) = tg.gradient(y, [x], head=head)
+    rng = np.random.default_rng(3)
+    xv, hv = rng.uniform(0.5, 1.5, x.shape), rng.standard_normal(x.shape)
+    got_y, got_dx = tg.evaluate([y, dx], {x: xv, head: hv})
+    tx = torch.tensor(xv, requires_grad=True)
+    ty = ref(tx, dim)
+    (tdx,) = torch.autograd.grad(ty, tx, torch.from_numpy(hv))
+    np.testing.assert_allclose(got_y, ty.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(got_dx, tdx.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def fibonacci_like(steps: int):
+    """s[t] = a s[t-1] + b s[t-2] + x[t]: two rows of init, a two-step dependency."""
+    x, a = ph((steps, 3), "x"), ph((3,), "a")
+    s = ph((steps, 3), "s")
+    init = tg.compute((2, 3), lambda r, i: x[r, i], name="init")
+    update = tg.compute((steps, 3), lambda t, i: a[i] * s[t - 1, i] + 0.5 * tg.tanh(
+        s[t - 2, i]) + x[t, i], name="update")
+    return tg.scan(init, update, s, name="fib"), x, a
+
+
+def fibonacci_torch(x, a):
+    rows = [x[0], x[1]]
+    for t in range(2, x.shape[0]):
+        rows.append(a * rows[-1] + 0.5 * torch.tanh(rows[-2]) + x[t])
+    return torch.stack(rows)
+
+
+def test_two_step_dependency_forward_reverse_and_forward_mode():
+    out, x, a = fibonacci_like(7)
+    rng = np.random.default_rng(0)
+    xv, av, hv = rng.standard_normal(x.shape), rng.standard_normal(a.shape) * 0.5, \
+        rng.standard_normal(out.shape)
+    head = ph(out.shape, "h")
+    dx, da = tg.gradient(out, [x, a], head=head)
+    tangents = [ph(x.shape, "tx"), ph(a.shape, "ta")]
+    jvp = tg.jvp(out, [x, a], tangents)
+    tx_, ta_ = rng.standard_normal(x.shape), rng.standard_normal(a.shape)
+    got = tg.evaluate([out, dx, da, jvp], {x: xv, a: av, head: hv, tangents[0]: tx_,
+                                           tangents[1]: ta_})
+    X, A = torch.tensor(xv, requires_grad=True), torch.tensor(av, requires_grad=True)
+    ref = fibonacci_torch(X, A)
+    rdx, rda = torch.autograd.grad(ref, [X, A], torch.from_numpy(hv))
+    _, rjvp = torch.func.jvp(fibonacci_torch, (torch.tensor(xv), torch.tensor(av)),
+                             (torch.tensor(tx_), torch.tensor(ta_)))
+    for g, r in zip(got, [ref, rdx, rda, rjvp], strict=True):
+        np.testing.assert_allclose(g, r.detach().numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_hessian_vector_product_of_an_lstm_loss():
+    out, placeholders, values, module = recurrent_case("lstm", 4, 2, 3, 3, 11)
+    i, n, j = (tg.reduce_axis(s, name=f"r{k}") for k, s in enumerate(out.shape))
+    loss = tg.compute((), lambda: tg.sum(tg.tanh(out[i, n, j]) ** 2, axis=[i, n, j]),
+                      name="loss")
+    grads = tg.gradient(loss, placeholders, head=ph((), "one"))
+    directions = [ph(p.shape, f"v{p.name}") for p in placeholders]
+    wih = placeholders[2]
+    # forward over reverse: d/de grad_wih(theta + e v), through the adjoint scan
+    hvp = tg.jvp(grads[2], placeholders, directions)
+    rng = np.random.default_rng(12)
+    vs = {d: rng.standard_normal(d.shape) for d in directions}
+    one = next(t for t in _placeholders_of(hvp) if t.name == "one")
+    got = tg.evaluate(hvp, {**values, **vs, one: np.array(1.0)})
+
+    def torch_loss(*params):
+        x, h0, w_ih, w_hh, b_ih, b_hh, c0 = params
+        o, _ = torch.func.functional_call(
+            module, {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih,
+                     "bias_hh_l0": b_hh}, (x, (h0[None], c0[None])))
+        return (torch.tanh(o) ** 2).sum()
+
+    params = tuple(torch.tensor(values[p]) for p in placeholders)
+    tangents = tuple(torch.tensor(vs[d]) for d in directions)
+    ref = torch.func.jvp(lambda *ps: torch.func.grad(torch_loss, argnums=2)(*ps), params,
+                         tangents)[1]
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-9, atol=1e-11)
+    assert wih.shape == got.shape
+
+
+def _placeholders_of(t):
+    from tegrad.ir.traverse import topo_tensors
+
+    return [x for x in topo_tensors([t]) if isinstance(x, tg.Placeholder)]
+
+
+def test_gradient_checker_passes_a_scan_and_catches_a_wrong_adjoint():
+    out, x, a = fibonacci_like(5)
+    rng = np.random.default_rng(1)
+    values = {"x": rng.standard_normal(x.shape), "a": rng.standard_normal(a.shape) * 0.5}
+    assert tg.check_gradient(out, [x, a], values=values).passed
+    head = ph(out.shape, "h")
+    dx, da = tg.gradient(out, [x, a], head=head)
+    bad = tg.compute(a.shape, lambda i: da[i] * 1.01, name="da_bad")
+    report = tg.check_gradient(out, [x, a], [dx, bad], head=head, values=values,
+                               raise_on_failure=False)
+    assert report.results["x"].verdict == "PASS"
+    assert report.results["a"].verdict == "FAIL" and report.results["a"].wrong_mask.all()
+
+
+def test_scan_prints_its_body_and_recurrence():
+    out, _, _ = fibonacci_like(4)
+    text = str(out)
+    assert "fib = scan(states [s], first 2 row(s) from [init], then for t in [2, 4):" in text
+    assert "update[t, i] = a[i] * s[t - 1, i]" in text
+
+
+def test_validation_errors_name_the_problem():
+    x = ph((5, 3), "x")
+    s = ph((5, 3), "s")
+    init = tg.compute((1, 3), lambda r, i: x[r, i], name="init")
+    same_row = tg.compute((5, 3), lambda t, i: s[t, i] + x[t, i], name="same_row")
+    with pytest.raises(ValueError, match="only earlier rows"):
+        tg.scan(init, same_row, s)
+    update = tg.compute((5, 3), lambda t, i: s[t - 1, i] + x[t, i], name="update")
+    with pytest.raises(ValueError, match="has shape"):
+        tg.scan(init, tg.compute((5, 2), lambda t, i: s[t - 1, i], name="narrow"), s)
+    with pytest.raises(ValueError, match="1 <= k < T"):
+        tg.scan(tg.compute((5, 3), lambda r, i: x[r, i]), update, s)
+    lag2 = tg.compute((5, 3), lambda t, i: s[t - 2, i], name="lag2")
+    with pytest.raises(ValueError, match="Give 2 init rows"):
+        tg.scan(init, lag2, s)
+    with pytest.raises(ValueError, match="as many inits as updates"):
+        tg.scan([init], [update, update], [s])
+    other = ph((4, 3), "other")
+    with pytest.raises(ValueError, match="disagree on the length"):
+        tg.scan([init, init], [update, update], [s, other])
+    result = tg.scan(init, update, s, name="ok")
+    with pytest.raises(tg.IRError, match="valid only in a tg.scan update"):
+        tg.build([x, s], update)  # the update on its own, outside its scan
+    leak = tg.compute((5, 3), lambda t, i: result[t, i] + s[t, i], name="leak")
+    with pytest.raises(ValueError, match="state placeholder of scan ok"):
+        tg.build([x], leak)
