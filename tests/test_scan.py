@@ -207,3 +207,38 @@ def test_validation_errors_name_the_problem():
     leak = tg.compute((5, 3), lambda t, i: result[t, i] + s[t, i], name="leak")
     with pytest.raises(ValueError, match="state placeholder of scan ok"):
         tg.build([x], leak)
+
+
+def test_reverse_over_reverse_hessian_vector_product_of_an_rnn_loss():
+    out, placeholders, values, module = recurrent_case("gru", 4, 2, 3, 3, 5)
+    i, n, j = (tg.reduce_axis(s, name=f"r{k}") for k, s in enumerate(out.shape))
+    loss = tg.compute((), lambda: tg.sum(out[i, n, j] ** 2, axis=[i, n, j]), name="loss")
+    one = ph((), "one")
+    grads = tg.gradient(loss, placeholders, head=one)
+    directions = [ph(p.shape, f"v{p.name}") for p in placeholders]
+    axes = [[tg.reduce_axis(s, name=f"q{k}_{d}") for d, s in enumerate(p.shape)]
+            for k, p in enumerate(placeholders)]
+    terms = [tg.compute((), lambda g=g, v=v, ax=ax: tg.sum(g[tuple(ax)] * v[tuple(ax)], axis=ax))
+             for g, v, ax in zip(grads, directions, axes, strict=True)]
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    hvp = tg.gradient(total, placeholders[2:4], head=one)  # d<grad, v>/d(w_ih, w_hh)
+    rng = np.random.default_rng(6)
+    vs = {d: rng.standard_normal(d.shape) for d in directions}
+    got = tg.evaluate(hvp, {**values, **vs, one: np.array(1.0)})
+
+    def torch_loss(*params):
+        x, h0, w_ih, w_hh, b_ih, b_hh = params
+        o, _ = torch.func.functional_call(
+            module, {"weight_ih_l0": w_ih, "weight_hh_l0": w_hh, "bias_ih_l0": b_ih,
+                     "bias_hh_l0": b_hh}, (x, h0[None]))
+        return (o ** 2).sum()
+
+    params = tuple(torch.tensor(values[p], requires_grad=True) for p in placeholders)
+    first = torch.autograd.grad(torch_loss(*params), params, create_graph=True)
+    dot = sum((f * torch.from_numpy(vs[d])).sum() for f, d in zip(first, directions,
+                                                                  strict=True))
+    ref = torch.autograd.grad(dot, params[2:4])
+    for g, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(g, r.numpy(), rtol=1e-9, atol=1e-11)

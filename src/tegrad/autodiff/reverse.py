@@ -69,12 +69,47 @@ def is_zero(e: Expr | None) -> bool:
     return e is None or (isinstance(e, Const) and e.value == 0)
 
 
+def guard_of(a: Expr) -> Expr | None:
+    """A condition outside which ``a`` is zero, from the ``if_then_else`` branches an
+    adjoint came through: select(c, x, 0) -> c, sums -> the disjunction, products and
+    negations -> their factors' conditions."""
+    if isinstance(a, Select):
+        if is_zero(a.b):
+            inner = guard_of(a.a)
+            return a.cond if inner is None else binary("and", a.cond, inner)
+        if is_zero(a.a):
+            inner = guard_of(a.b)
+            outside = Unary("not", a.cond, "bool")
+            return outside if inner is None else binary("and", outside, inner)
+        return None
+    if isinstance(a, Unary) and a.op == "neg" or isinstance(a, Cast):
+        return guard_of(a.a)
+    if isinstance(a, Binary) and a.op == "mul":
+        left, right = guard_of(a.a), guard_of(a.b)
+        if left is None or right is None:
+            return left if right is None else right
+        return binary("and", left, right)
+    if isinstance(a, Binary) and a.op in ("add", "sub"):
+        left, right = guard_of(a.a), guard_of(a.b)
+        if left is None or right is None:
+            return None
+        return binary("or", left, right)
+    return None
+
+
 def mul(a: Expr, b: Expr) -> Expr:
+    """``a * b`` for an adjoint ``a`` and a partial ``b``. Where ``a`` is zero outside a
+    guard (it came through an if_then_else branch), the product is guarded too: the
+    partial may read what only that guard keeps in bounds."""
     if isinstance(a, Const) and a.value == 1:
         return cast(b, binary("mul", a, b).dtype)
     if isinstance(b, Const) and b.value == 1:
         return cast(a, binary("mul", a, b).dtype)
-    return binary("mul", a, b)
+    product = binary("mul", a, b)
+    guard = guard_of(a) if not isinstance(b, Const) else None
+    if guard is None:
+        return product
+    return Select(guard, product, zero(product.dtype), product.dtype)
 
 
 def add(a: Expr | None, b: Expr) -> Expr:
