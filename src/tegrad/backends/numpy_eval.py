@@ -22,8 +22,9 @@ import math
 
 import numpy as np
 
+from ..ir.affine import linearize
 from ..ir.bounds import is_pure_index
-from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, node_memo
 from ..ir.numpy_ops import BINARY, UNARY
 from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, walk
@@ -135,6 +136,9 @@ class Evaluator:
         array = self.arrays[e.tensor]
         if not e.indices:
             return array
+        view = self.sliced_read(e, array, depth)
+        if view is not None:
+            return view
         idx = []
         for axis, index in enumerate(e.indices):
             dim = array.shape[axis]
@@ -143,6 +147,46 @@ class Evaluator:
                 self.check_gather(e, axis, values, dim, depth, conds)
             idx.append(np.clip(values, 0, max(dim - 1, 0)))
         return array[tuple(idx)]
+
+    def sliced_read(self, e: Read, array: np.ndarray, depth: int) -> np.ndarray | None:
+        """A read whose indices are distinct variables plus constants, in bounds: a view
+        of ``array`` (basic slicing) with its axes moved to the variables' positions, in
+        place of a gather."""
+        plan = node_memo(e).get("slices")
+        if plan is None:
+            plan = []
+            for index in e.indices:
+                coeffs, const = linearize(index)
+                if len(coeffs) != 1:
+                    plan = False
+                    break
+                (v, c), = coeffs.items()
+                if c != 1 or not isinstance(v, Var):
+                    plan = False
+                    break
+                plan.append((v, const))
+            if plan and len({v for v, _ in plan}) != len(plan):
+                plan = False
+            node_memo(e)["slices"] = plan
+        if plan is False:
+            return None
+        slices, positions = [], []
+        for (v, const), dim in zip(plan, array.shape, strict=True):
+            bound = self.env.get(v)
+            if bound is None:
+                return None
+            values, position = bound
+            lo, size = int(values.flat[0]) + const, values.size
+            if lo < 0 or lo + size > dim:
+                return None
+            slices.append(slice(lo, lo + size))
+            positions.append(position)
+        view = array[tuple(slices)]
+        order = np.argsort(positions)
+        view = np.transpose(view, order)
+        kept = sorted(positions)
+        missing = [a for a in range(depth) if a not in kept]
+        return np.expand_dims(view, missing) if missing else view
 
     def check_gather(self, e: Read, axis: int, values, dim: int, depth: int, conds: tuple):
         bad = (values < 0) | (values >= dim)
