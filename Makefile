@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run test bench bench-check lint fuzz clean
+.PHONY: setup run test bench bench-check bench-lstm lint fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -27,6 +27,9 @@ bench: setup
 
 bench-check: setup
 	$(BIN)/python benchmarks/bench_gradcheck.py --markdown
+
+bench-lstm: setup
+	$(BIN)/python benchmarks/bench_lstm.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
