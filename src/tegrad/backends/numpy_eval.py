@@ -124,6 +124,9 @@ class Evaluator:
             with np.errstate(all="ignore"):
                 return BINARY[e.op](a, b).astype(e.dtype, copy=False)
         if isinstance(e, Select):
+            region = self.select_region(e, depth, conds)
+            if region is not None:
+                return region
             c = self.go(e.cond, depth, conds)
             a = self.go(e.a, depth, conds + tuple(split_conjunction(e.cond)))
             b = self.go(e.b, depth, conds + (Unary("not", e.cond, "bool"),))
@@ -147,6 +150,40 @@ class Evaluator:
                 self.check_gather(e, axis, values, dim, depth, conds)
             idx.append(np.clip(values, 0, max(dim - 1, 0)))
         return array[tuple(idx)]
+
+    def select_region(self, e: Select, depth: int, conds: tuple) -> np.ndarray | None:
+        """``select(c, a, 0)`` where ``c`` holds on one contiguous range of a single
+        variable: ``a`` evaluated on that range only (a fresh evaluator with the variable
+        narrowed) and placed in zeros, instead of ``a`` everywhere and a mask."""
+        if not (isinstance(e.b, Const) and e.b.value == 0):
+            return None
+        fv = free_vars(e.cond)
+        if len(fv) != 1 or not is_pure_index(e.cond):
+            return None
+        (v,) = fv
+        bound = self.env.get(v)
+        if bound is None:
+            return None
+        values, position = bound
+        holds = np.broadcast_to(self.go(e.cond, depth, conds).reshape(-1), (values.size,))
+        where = np.flatnonzero(holds)
+        if len(where) == 0:
+            return np.zeros((1,) * depth, e.dtype)
+        lo, hi = int(where[0]), int(where[-1]) + 1
+        if hi - lo != len(where) or hi - lo == holds.size:
+            return None  # not one range, or the whole range: the plain path is as good
+        env = dict(self.env)
+        env[v] = (values.reshape(-1)[lo:hi].reshape(
+            [hi - lo if k == position else 1 for k in range(values.ndim)]), position)
+        inner = Evaluator(self.arrays, env, depth, self.owner)
+        part = inner.go(e.a, depth, conds + tuple(split_conjunction(e.cond)))
+        shape = list(np.broadcast_shapes(part.shape, (1,) * depth))
+        shape[position] = holds.size
+        out = np.zeros(shape, np.result_type(part.dtype, e.dtype))
+        index = [slice(None)] * depth
+        index[position] = slice(lo, hi)
+        out[tuple(index)] = part
+        return out.astype(e.dtype, copy=False)
 
     def sliced_read(self, e: Read, array: np.ndarray, depth: int) -> np.ndarray | None:
         """A read whose indices are distinct variables plus constants, in bounds: a view

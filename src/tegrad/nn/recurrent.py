@@ -93,11 +93,14 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None
     h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
     c = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.c")
     ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
-    gates = compute(ph.shape, lambda t, n, j: px[t, n, j] + ph[t, n, j]
-                    + _hidden_bias(bias_hh, j), name=f"{name}.gates")
+    # one compute per gate (i, f, g, o): their derivatives are then separate elementwise
+    # tensors, not one tensor of four guarded column blocks
+    gates = [compute(c.shape, lambda t, n, j, k=k: px[t, n, k * hidden + j]
+                     + ph[t, n, k * hidden + j] + _hidden_bias(bias_hh, k * hidden + j),
+                     name=f"{name}.gate{'ifgo'[k]}") for k in range(4)]
 
     def gate(t, n, j, k):  # pre-activation of gate k (0 i, 1 f, 2 g, 3 o)
-        return gates[t, n, k * hidden + j]
+        return gates[k][t, n, j]
 
     c_new = compute(c.shape, lambda t, n, j: sigmoid(gate(t, n, j, 1)) * c[t - 1, n, j]
                     + sigmoid(gate(t, n, j, 0)) * tanh(gate(t, n, j, 2)), name=f"{name}.c_new")
