@@ -53,6 +53,14 @@ def evaluate_compute(t: Compute, arrays: dict) -> np.ndarray:
 
 
 def _chunks(t: Compute) -> list[list[tuple[int, int]]]:
+    memo = node_memo(t.body)
+    key = ("chunks", t.shape)
+    if key not in memo:
+        memo[key] = _plan_chunks(t)
+    return memo[key]
+
+
+def _plan_chunks(t: Compute) -> list[list[tuple[int, int]]]:
     inner = _deepest_reduction(t.body)
     full = [(0, s) for s in t.shape]
     if not t.shape:
@@ -97,8 +105,11 @@ class Evaluator:
         return value
 
     def go(self, e: Expr, depth: int, conds: tuple) -> np.ndarray:
-        fv = free_vars(e)
-        key = (e, depth, tuple(sorted((v.uid, self.env[v][1]) for v in fv)))
+        memo = node_memo(e)
+        order = memo.get("free_sorted")
+        if order is None:
+            order = memo["free_sorted"] = tuple(sorted(free_vars(e), key=lambda v: v.uid))
+        key = (e, depth, tuple(self.env[v][1] for v in order))
         hit = self.memo.get(key)
         if hit is not None:
             return hit
