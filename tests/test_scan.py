@@ -242,3 +242,13 @@ def test_reverse_over_reverse_hessian_vector_product_of_an_rnn_loss():
     ref = torch.autograd.grad(dot, params[2:4])
     for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r.numpy(), rtol=1e-9, atol=1e-11)
+
+
+def test_checker_judges_a_float32_lstm_against_its_float64_rebuild():
+    x, h0, c0 = ph((4, 2, 3), "x", "float32"), ph((2, 3), "h0", "float32"), ph(
+        (2, 3), "c0", "float32")
+    wih, whh = ph((12, 3), "wih", "float32"), ph((12, 3), "whh", "float32")
+    out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
+    report = tg.check_gradient(out, [x, h0, c0, wih, whh])
+    assert report.verdict == "PASS", report.summary()
+    assert all(r.dtype == "float32" for r in report.results.values())

@@ -46,21 +46,42 @@ def map_graph(
     outputs: Sequence[Tensor],
     leaf: Callable[[Placeholder], Tensor],
     rebuild: Callable[[Compute, dict], Tensor],
+    scans: bool = False,
 ) -> list[Tensor]:
     """New tensors for ``outputs``: ``leaf`` maps placeholders, ``rebuild(t, new)`` maps a
-    compute given the new versions of everything it reads."""
+    compute given the new versions of everything it reads. With ``scans``, a scan whose
+    inputs changed is rebuilt the same way (its states through ``leaf``, its body through
+    ``rebuild``); otherwise that raises NotImplementedError."""
     new: dict[Tensor, Tensor] = {}
     for t in topo_tensors(outputs):
         if isinstance(t, ScanOutput):
-            if any(new[d] is not d for d in t.dependencies()):
+            if t in new:
+                continue
+            if all(new[d] is d for d in t.dependencies()):
+                new[t] = t
+            elif scans:
+                new.update(_rebuild_scan(t.op, new, leaf, rebuild))
+            else:
                 raise NotImplementedError(
-                    f"scan {t.op.name}: the checker cannot rewrite a scan's inputs (batched "
-                    "or float32-to-float64 evaluation); it evaluates scans as they are"
+                    f"scan {t.op.name}: the checker cannot batch a scan's inputs; it "
+                    "evaluates scans one value at a time"
                 )
-            new[t] = t
         else:
             new[t] = leaf(t) if isinstance(t, Placeholder) else rebuild(t, new)
     return [new[o] for o in outputs]
+
+
+def _rebuild_scan(op, new: dict, leaf, rebuild) -> dict:
+    from ..ir.scan import scan
+
+    inner = dict(new)
+    states = [leaf(s) for s in op.states]
+    inner.update(zip(op.states, states, strict=True))
+    for c in op.body:
+        inner[c] = rebuild(c, inner)
+    outs = scan([new[i] for i in op.inits], [inner[u] for u in op.updates], states,
+                name=op.name)
+    return dict(zip(op.outputs, outs, strict=True))
 
 
 def _reread(e: Expr, new: dict) -> Expr | None:
@@ -109,7 +130,7 @@ def promote_graph(outputs: Sequence[Tensor]) -> tuple[list[Tensor], dict[Placeho
         body = transform(t.body, fn)
         return t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
 
-    return map_graph(outputs, leaf, rebuild), leaves
+    return map_graph(outputs, leaf, rebuild, scans=True), leaves
 
 
 # -- batching over one placeholder -------------------------------------------------------
