@@ -252,3 +252,18 @@ def test_checker_judges_a_float32_lstm_against_its_float64_rebuild():
     report = tg.check_gradient(out, [x, h0, c0, wih, whh])
     assert report.verdict == "PASS", report.summary()
     assert all(r.dtype == "float32" for r in report.results.values())
+
+
+def test_state_read_only_through_a_piecewise_constant_function():
+    steps = 5
+    x, s = ph((steps, 3), "x"), ph((steps, 3), "s")
+    init = tg.compute((1, 3), lambda r, i: x[r, i], name="init")
+    update = tg.compute((steps, 3), lambda t, i: tg.floor(s[t - 1, i]) + x[t, i] * 2.0)
+    out = tg.scan(init, update, s)
+    head = ph(out.shape, "h")
+    (dx,) = tg.gradient(out, [x], head=head)
+    rng = np.random.default_rng(2)
+    xv, hv = rng.random(x.shape), rng.random(x.shape)
+    expected = hv * 2.0
+    expected[0] = hv[0]
+    np.testing.assert_allclose(tg.evaluate(dx, {x: xv, head: hv}), expected)

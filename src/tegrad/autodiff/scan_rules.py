@@ -122,6 +122,8 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
             if c not in fwd_read_cache:
                 fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish)
             lifted = fwd_read_cache[c][p]
+            if lifted.shape != (T, *p.shape):  # not lifted: it reads no head, so it is 0
+                continue
             guard = conjunction([binary("le", const(c), r),
                                  binary("le", r, const(T - 1 - k + c))])
             value = Read(lifted, (r, *d_axes), lifted.dtype)
