@@ -48,20 +48,12 @@ import time
 import warnings
 from pathlib import Path
 
-
-def _threads_from_argv(argv) -> str:
-    for k, a in enumerate(argv):
-        if a == "--threads" and k + 1 < len(argv):
-            return argv[k + 1]
-        if a.startswith("--threads="):
-            return a.split("=", 1)[1]
-    return "1"
-
+import bench_threads  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
 
 # BLAS (used by tegrad's NumPy backend and by torch) reads its thread count when it loads:
-# set it before numpy and torch are imported, to the same count as torch.set_num_threads.
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[_var] = _threads_from_argv(sys.argv[1:])
+# the same count as torch.set_num_threads, 1 unless --threads says otherwise.
+if bench_threads.apply(sys.argv[1:]) is None:
+    bench_threads.apply(["--threads", "1"])
 
 # The zoo lives in tests/ (it is test data, not part of the package): put tests/ (for
 # ``gradzoo``) and src/ (for ``tegrad``, in case it is not installed) on the import path.

@@ -25,20 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import bench_threads  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
 
-def _threads_from_argv(argv) -> str | None:
-    for k, a in enumerate(argv):
-        if a == "--threads" and k + 1 < len(argv):
-            return argv[k + 1]
-        if a.startswith("--threads="):
-            return a.split("=", 1)[1]
-    return None
-
-
-# BLAS reads its thread count when it loads: set it before numpy and torch are imported
-if _threads_from_argv(sys.argv[1:]) is not None:
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[_var] = _threads_from_argv(sys.argv[1:])
+bench_threads.apply(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
