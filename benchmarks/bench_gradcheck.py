@@ -48,12 +48,12 @@ import time
 import warnings
 from pathlib import Path
 
-import bench_threads  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
+import bench_shared  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
 
 # BLAS (used by tegrad's NumPy backend and by torch) reads its thread count when it loads:
 # the same count as torch.set_num_threads, 1 unless --threads says otherwise.
-if bench_threads.apply(sys.argv[1:]) is None:
-    bench_threads.apply(["--threads", "1"])
+if bench_shared.apply(sys.argv[1:]) is None:
+    bench_shared.apply(["--threads", "1"])
 
 # The zoo lives in tests/ (it is test data, not part of the package): put tests/ (for
 # ``gradzoo``) and src/ (for ``tegrad``, in case it is not installed) on the import path.

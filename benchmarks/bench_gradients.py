@@ -25,9 +25,9 @@ import sys
 import time
 from pathlib import Path
 
-import bench_threads  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
+import bench_shared  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
 
-bench_threads.apply(sys.argv[1:])
+bench_shared.apply(sys.argv[1:])
 
 import numpy as np  # noqa: E402
 
@@ -256,22 +256,7 @@ def print_table(rows, title):
     headers = ("op", "pass", "tegrad kernel", "tegrad ms", "torch ms", "ratio", "rel err")
     cells = [(op, what, kinds, f"{t:.2f}", f"{r:.2f}", f"{t / r:.2f}", f"{e:.1e}")
              for op, what, kinds, t, r, e in rows]
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-        print(title)
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        for c in cells:
-            print("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)))
-        return
-    table = Table(title=title)
-    for h in headers:
-        table.add_column(h)
-    for c in cells:
-        table.add_row(*c)
-    Console().print(table)
+    bench_shared.print_table(title, headers, cells)
 
 
 def main(argv=None) -> int:

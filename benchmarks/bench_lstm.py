@@ -33,9 +33,9 @@ import sys
 import time
 from pathlib import Path
 
-import bench_threads  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
+import bench_shared  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
 
-bench_threads.apply(sys.argv[1:])
+bench_shared.apply(sys.argv[1:])
 # threadpoolctl, where importable, sets the count again after the import
 
 import numpy as np  # noqa: E402
@@ -256,34 +256,6 @@ def median_ms(fns, repeat: int, pause: float = 0.2) -> list[float]:
     return [1e3 * statistics.median(ts) for ts in times]
 
 
-def print_table(title, headers, cells, markdown):
-    if markdown:
-        print(f"**{title}**\n")
-        print("| " + " | ".join(headers) + " |")
-        print("|" + "|".join("---" for _ in headers) + "|")
-        for c in cells:
-            print("| " + " | ".join(c) + " |")
-        print()
-        return
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-        print(title)
-        print("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)))
-        for c in cells:
-            print("  ".join(x.ljust(w) for x, w in zip(c, widths, strict=True)))
-        print()
-        return
-    table = Table(title=title, title_justify="left")
-    for h in headers:
-        table.add_column(h)
-    for c in cells:
-        table.add_row(*c)
-    Console(width=max(100, Console().width)).print(table)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seq", type=int, default=50, help="sequence length L (50)")
@@ -362,19 +334,19 @@ def main(argv=None) -> int:
           f"{1e3 * t_build_fwd:.1f} ms, forward+backward {1e3 * t_build_fb:.1f} ms "
           f"({len(fb.program.plan.kernels)} kernels)")
     print()
-    print_table(f"time: median of {repeat} runs after one warm-up (ms)",
+    bench_shared.print_table(f"time: median of {repeat} runs after one warm-up (ms)",
                 ("pass", "tegrad ms", "torch ms", "ratio tegrad/torch"),
                 [("forward", f"{t_tg_f:.1f}", f"{t_th_f:.1f}", f"{t_tg_f / t_th_f:.2f}"),
                  ("forward+backward", f"{t_tg_fb:.1f}", f"{t_th_fb:.1f}",
                   f"{t_tg_fb / t_th_fb:.2f}")],
                 args.markdown)
-    print_table("check: tegrad forward+backward against torch (float32)",
+    bench_shared.print_table("check: tegrad forward+backward against torch (float32)",
                 ("tensor", "shape", "max abs diff", "max abs torch"), check_cells,
                 args.markdown)
     print(f"tegrad forward-only output against torch: max abs diff {fwd_diff:.2e}")
     print()
     t_mem, r_mem = mem["tegrad"], mem["torch"]
-    print_table("peak memory: one forward+backward in a fresh process",
+    bench_shared.print_table("peak memory: one forward+backward in a fresh process",
                 ("side", "peak RSS increase MB", "arrays MB", "arrays counted"),
                 [("tegrad", f"{(t_mem['after'] - t_mem['before']) * mb:.1f}",
                   f"{mat * mb:.2f}", "every array the NumPy program makes"),
