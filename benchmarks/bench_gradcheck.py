@@ -48,7 +48,8 @@ import time
 import warnings
 from pathlib import Path
 
-import bench_shared  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_shared, a sibling
+import bench_shared  # noqa: E402  (sets BLAS threads: before numpy loads)
 
 # BLAS (used by tegrad's NumPy backend and by torch) reads its thread count when it loads:
 # the same count as torch.set_num_threads, 1 unless --threads says otherwise.

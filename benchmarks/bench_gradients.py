@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-import bench_shared  # noqa: E402  (a sibling module: sets BLAS threads before numpy loads)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_shared, a sibling
+import bench_shared  # noqa: E402  (sets BLAS threads: before numpy loads)
 
 bench_shared.apply(sys.argv[1:])
 
