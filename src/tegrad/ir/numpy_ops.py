@@ -10,8 +10,12 @@ import numpy as np
 
 
 def _sigmoid(x):
-    e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    try:  # scipy's expit: one pass in C, accurate at both tails
+        from scipy.special import expit
+    except ImportError:  # pragma: no cover - scipy ships with the test extra
+        e = np.exp(-np.abs(x))
+        return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e)).astype(x.dtype, copy=False)
+    return expit(x)
 
 
 def _erf(x):
