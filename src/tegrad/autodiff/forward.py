@@ -89,9 +89,9 @@ def reduce_tangent(r: Reduce, go) -> Expr | None:
 
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:
+    """The directional derivative of ``output`` along ``tangents`` (one per input)."""
     from .scan_rules import scan_jvp
 
-    """The directional derivative of ``output`` along ``tangents`` (one per input)."""
     inputs, tangents = list(inputs), list(tangents)
     if len(inputs) != len(tangents):
         raise ValueError(f"jvp got {len(inputs)} inputs but {len(tangents)} tangents")

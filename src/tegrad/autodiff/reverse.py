@@ -326,9 +326,7 @@ def gradient(
             if parts is None or t not in on_path:
                 continue
             p, jv = axes_for(t)
-            body = parts[0]
-            for extra in parts[1:]:
-                body = binary("add", body, extra)
+            body = _summed(parts)
             adjoint[t] = finish(
                 make_compute(prefix_shape + t.shape, p + jv, body, f"{output.name}.grad.{t.name}")
             )
@@ -381,10 +379,15 @@ def _collect(t, parts, adjoint, axes_for, finish) -> None:
     """The adjoint of a scan output: the sum of the contributions that reached it."""
     if parts:
         _, jv = axes_for(t)
-        body = parts[0]
-        for extra in parts[1:]:
-            body = binary("add", body, extra)
-        adjoint[t] = finish(make_compute(t.shape, jv, body, f"{t.name}.adj_in"))
+        adjoint[t] = finish(make_compute(t.shape, jv, _summed(parts), f"{t.name}.adj_in"))
+
+
+def _summed(parts: list[Expr]) -> Expr:
+    """The contributions that reached one tensor's adjoint, added."""
+    body = parts[0]
+    for extra in parts[1:]:
+        body = binary("add", body, extra)
+    return body
 
 
 def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, axes_for,
