@@ -1,9 +1,43 @@
 """The operator library: layers written as tensor expressions, their backward generated.
 
-So far the recurrent layers (``recurrent.py``): ``rnn``, ``lstm``, ``gru`` in PyTorch's
-layouts, and ``cumsum``, ``cumprod``, ``logcumsumexp`` as scans.
+Every function is named and called like its ``torch.nn.functional`` counterpart (or its
+``torch`` one where F has none): same positional and keyword arguments and defaults,
+NCHW layouts, ``reduction=`` modes. They take tensors and return tensors built with
+``tg.compute``; no backward is written by hand (``tg.gradient`` makes it). One module per
+family; ``tegrad.coverage.table`` holds a PyTorch-checked case for every function.
 """
 
-from .recurrent import cumprod, cumsum, gru, logcumsumexp, lstm, rnn
+from . import (
+    activation,
+    attention,
+    convolution,
+    dropout,
+    indexing,
+    linalg,
+    loss,
+    normalization,
+    pooling,
+    recurrent,
+    reduction,
+    resampling,
+    shape,
+    softmax,
+)
+from .activation import *  # noqa: F403
+from .attention import *  # noqa: F403
+from .convolution import *  # noqa: F403
+from .dropout import *  # noqa: F403
+from .indexing import *  # noqa: F403
+from .linalg import *  # noqa: F403
+from .loss import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .pooling import *  # noqa: F403
+from .recurrent import *  # noqa: F403
+from .reduction import *  # noqa: F403
+from .resampling import *  # noqa: F403
+from .shape import *  # noqa: F403
+from .softmax import *  # noqa: F403
 
-__all__ = ["cumprod", "cumsum", "gru", "logcumsumexp", "lstm", "rnn"]
+_FAMILIES = (activation, attention, convolution, dropout, indexing, linalg, loss,
+             normalization, pooling, recurrent, reduction, resampling, shape, softmax)
+__all__ = sorted({name for family in _FAMILIES for name in family.__all__})

@@ -19,6 +19,8 @@ from ..frontend.reduce import sum as tsum
 from ..ir.scan import scan
 from ..ir.tensor import Tensor, compute, placeholder, unique_name
 
+__all__ = ["cumprod", "cumsum", "gru", "logcumsumexp", "lstm", "rnn"]
+
 
 def _projection(x: Tensor, weight: Tensor, bias: Tensor | None, name: str) -> Tensor:
     """``P[t, n, j] = sum_k x[t - 1, n, k] W[j, k] (+ b[j])`` for every step at once,
@@ -161,6 +163,8 @@ def _cumulative(x: Tensor, dim: int, kind: str, name: str) -> Tensor:
     from ..frontend.math import log, maximum
 
     dim = dim % x.ndim
+    if x.shape[dim] == 1:  # nothing accumulates: a scan needs an update row
+        return compute(x.shape, lambda *i: x[i], name=f"{name}.out")
     perm = [dim] + [a for a in range(x.ndim) if a != dim]
     moved_shape = tuple(x.shape[a] for a in perm)
 

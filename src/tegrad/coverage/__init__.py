@@ -1,0 +1,11 @@
+"""The coverage report: every ``tg.nn`` op, its generated backward checked and timed.
+
+``cases`` defines a table entry; ``table/`` holds the table, one module per family of
+ops (the tests in ``tests/test_nn.py`` run the same cases); ``agreement`` compares with
+PyTorch in float64; ``structure`` asserts gather form and counts the backward's work.
+"""
+
+from . import table  # noqa: F401  (fills CASES)
+from .cases import CASES, CATEGORIES, Case, case
+
+__all__ = ["CASES", "CATEGORIES", "Case", "case"]
