@@ -1,4 +1,5 @@
-"""``tegrad check FILE.py``: run the gradient checker on the pairs a file defines.
+"""``tegrad check FILE.py``: run the gradient checker on the pairs a file defines;
+``tegrad report``: the coverage report of ``tg.nn`` (``report.py``).
 
     tegrad check examples/gradcheck_pairs.py             # rich output (plain without rich)
     tegrad check examples/gradcheck_pairs.py -k generated --quiet
@@ -19,6 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from . import report
 from .discover import CONVENTION, Discovery, UsageError, find_pairs, loaded, select
 from .options import build_parser
 from .render import make_renderer
@@ -36,6 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # --help and --version (0), bad options (2)
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    if args.command == "report":
+        return report.main(args)
     if args.command != "check":
         parser.print_help(sys.stderr)
         return EXIT_USAGE

@@ -8,6 +8,7 @@ import inspect
 
 from .. import __version__
 from ..check import check_gradient
+from . import report
 from .discover import CONVENTION
 
 DESCRIPTION = """\
@@ -54,4 +55,5 @@ def build_parser() -> argparse.ArgumentParser:
                        help="plain text output (the report summaries), without rich")
     check.add_argument("--quiet", "-q", action="store_true",
                        help="one line per pair: verdict, name, and where it failed")
+    report.add_parser(commands)
     return parser

@@ -1,0 +1,155 @@
+"""The report's cells, and the Markdown and HTML documents made of them.
+
+One function turns a ``Row`` into strings (``cells``); the rich table, the Markdown and
+the HTML all print those, so the three never disagree. ``summary_rows`` gives one line
+per category: ops, cases, cases passing, backward in gather form, median speed ratios.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import platform
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .cases import CATEGORIES
+from .run import Row
+
+HEADERS = ("op", "case", "category", "vs torch f64", "gather form", "bwd/fwd flops",
+           "gradcheck", "fwd / torch", "fwd+bwd / torch", "status")
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}x"
+
+
+def _gather(row: Row) -> str:
+    s = row.structure
+    if s is None:
+        return "error" if "structure" in row.errors else "—"
+    if not s.grads:
+        return "—"
+    if s.gather_form:
+        return "yes"
+    return "scatter (by design)" if row.case.gather_form is None else "NO"
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    a, s, t = row.agreement, row.structure, row.timing
+    agreement = ("error" if "agreement" in row.errors else "—") if a is None else (
+        f"{a.worst:.0e}" if a.ok else f"FAIL {a.worst:.1e}")
+    cost = "—" if s is None or not s.grads else f"{s.cost_ratio:.1f}"
+    gradcheck = row.gradcheck or ("error" if "gradcheck" in row.errors else "—")
+    status = "ok" if row.passed else "FAIL: " + "; ".join(row.failures)
+    return (row.case.op, row.case.label, row.case.category, agreement, _gather(row), cost,
+            gradcheck, _ratio(t and t.forward_ratio), _ratio(t and t.both_ratio), status)
+
+
+@dataclass
+class CategorySummary:
+    category: str
+    ops: int
+    cases: int
+    passing: int
+    gather: int  # cases with a backward in gather form
+    median_forward: float | None
+    median_both: float | None
+
+    def cells(self) -> tuple[str, ...]:
+        return (self.category, str(self.ops), str(self.cases), f"{self.passing}/{self.cases}",
+                str(self.gather), _ratio(self.median_forward), _ratio(self.median_both))
+
+
+SUMMARY_HEADERS = ("category", "ops", "cases", "passing", "gather form",
+                   "median fwd / torch", "median fwd+bwd / torch")
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def summarize(rows: Sequence[Row], category: str) -> CategorySummary:
+    timed = [r.timing for r in rows if r.timing is not None]
+    return CategorySummary(
+        category, len({r.case.op for r in rows}), len(rows), sum(r.passed for r in rows),
+        sum(1 for r in rows if r.structure is not None and r.structure.grads
+            and r.structure.gather_form),
+        _median([t.forward_ratio for t in timed]),
+        _median([t.both_ratio for t in timed if t.both_ratio is not None]))
+
+
+def summary_rows(rows: Sequence[Row]) -> list[CategorySummary]:
+    found = [summarize([r for r in rows if r.case.category == c], c)
+             for c in CATEGORIES if any(r.case.category == c for r in rows)]
+    found.append(summarize(rows, "all"))
+    return found
+
+
+def context(rows: Sequence[Row], seconds: float, repeats: int) -> str:
+    """Where and how the report was made: machine, threads, repeats, run time."""
+    threads = next((r.timing.threads for r in rows if r.timing), None)
+    where = (f"{platform.machine()}, {os.cpu_count()} cores, Python "
+             f"{platform.python_version()}")
+    timing = (f"; timings are medians of {repeats} alternating runs, float32, torch eager "
+              f"with {threads} threads, tegrad on its NumPy backend" if threads else "")
+    passing = sum(r.passed for r in rows)
+    return (f"{len({r.case.op for r in rows})} ops, {len(rows)} cases, {passing} passing; "
+            f"{where}{timing}; made in {seconds:.0f} s by `tegrad report`.")
+
+
+def _markdown_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    def esc(text: str) -> str:
+        return text.replace("|", "\\|")
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in body]
+    return lines
+
+
+def markdown(rows: Sequence[Row], context: str, plot_file: str | None = None) -> str:
+    lines = ["# tegrad coverage report", "", context, ""]
+    lines += _markdown_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)])
+    if plot_file:
+        lines += ["", f"![speed and coverage]({plot_file})"]
+    lines += ["", "## Every case", ""]
+    lines += _markdown_table(HEADERS, [cells(r) for r in rows])
+    return "\n".join(lines) + "\n"
+
+
+def _html_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    out = [f"<table><thead><tr>{head}</tr></thead><tbody>"]
+    for row in body:
+        failing = any(c.startswith(("FAIL", "NO", "error")) for c in row)
+        cls = ' class="fail"' if failing else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:110em}
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;
+font-size:90%;text-align:left}tr.fail td{background:#fdd}th{background:#eee}"""
+
+
+def html_document(rows: Sequence[Row], context: str, plot_png_base64: str | None) -> str:
+    plot = (f'<img alt="speed and coverage" src="data:image/png;base64,{plot_png_base64}">'
+            if plot_png_base64 else "<p>(no plot: matplotlib is not installed)</p>")
+    return "\n".join([
+        "<!DOCTYPE html>", '<html><head><meta charset="utf-8">',
+        f"<title>tegrad coverage report</title><style>{STYLE}</style></head><body>",
+        "<h1>tegrad coverage report</h1>", f"<p>{html.escape(context)}</p>",
+        _html_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]), plot,
+        "<h2>Every case</h2>", _html_table(HEADERS, [cells(r) for r in rows]),
+        "</body></html>"])
+
+
+def readme_block(rows: Sequence[Row], context_line: str, full_report) -> str:
+    """The README's embedded summary: the per-category table and a pointer to the rest."""
+    lines = [context_line, ""]
+    lines += _markdown_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)])
+    failing = [r.case.name for r in rows if not r.passed]
+    lines += ["", "Failing: " + (", ".join(failing) if failing else "none") + ".",
+              f"Every case, with the plot: `{full_report}`."]
+    return "\n".join(lines)

@@ -1,0 +1,93 @@
+"""PyTorch references for ``tegrad.models``: torchvision's ResNet layout (torchvision
+itself does not install beside the CPU torch wheel here) and the LSTM language model.
+Written from torchvision's documented architecture: conv1 7x7/2, bn, relu, max pool
+3x3/2, four stages (stride 2 from the second on; the bottleneck's stride on its 3x3
+conv), a 1x1 conv + bn shortcut where the shape changes, global average pool, fc."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Basic(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or c_in != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(c_in, planes, 1, stride, bias=False),
+                                            nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU()
+        self.downsample = None
+        if stride != 1 or c_in != planes * 4:
+            self.downsample = nn.Sequential(nn.Conv2d(c_in, planes * 4, 1, stride, bias=False),
+                                            nn.BatchNorm2d(planes * 4))
+
+    def forward(self, x):
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + (x if self.downsample is None else self.downsample(x)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, arch, num_classes, width):
+        super().__init__()
+        blocks, block = {"resnet18": ((2, 2, 2, 2), Basic), "resnet34": ((3, 4, 6, 3), Basic),
+                         "resnet50": ((3, 4, 6, 3), Bottleneck)}[arch]
+        self.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.relu = nn.ReLU()
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        c_in = width
+        for stage, count in enumerate(blocks):
+            layers = []
+            for b in range(count):
+                layers.append(block(c_in, width * 2 ** stage, 2 if stage and not b else 1))
+                c_in = width * 2 ** stage * block.expansion
+            setattr(self, f"layer{stage + 1}", nn.Sequential(*layers))
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(c_in, num_classes)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        for stage in range(4):
+            x = getattr(self, f"layer{stage + 1}")(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class LanguageModel(nn.Module):
+    def __init__(self, vocab, embed, hidden, layers):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab, embed)
+        self.lstm = nn.LSTM(embed, hidden, num_layers=layers)
+        self.decoder = nn.Linear(hidden, vocab)
+
+    def forward(self, tokens):
+        out, _ = self.lstm(self.embedding(tokens))
+        return self.decoder(out)
