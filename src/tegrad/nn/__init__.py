@@ -7,22 +7,8 @@ NCHW layouts, ``reduction=`` modes. They take tensors and return tensors built w
 family; ``tegrad.coverage.table`` holds a PyTorch-checked case for every function.
 """
 
-from . import (
-    activation,
-    attention,
-    convolution,
-    dropout,
-    indexing,
-    linalg,
-    loss,
-    normalization,
-    pooling,
-    recurrent,
-    reduction,
-    resampling,
-    shape,
-    softmax,
-)
+import importlib
+
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .convolution import *  # noqa: F403
@@ -38,6 +24,8 @@ from .resampling import *  # noqa: F403
 from .shape import *  # noqa: F403
 from .softmax import *  # noqa: F403
 
-_FAMILIES = (activation, attention, convolution, dropout, indexing, linalg, loss,
-             normalization, pooling, recurrent, reduction, resampling, shape, softmax)
+# the modules themselves (``softmax`` and ``dropout`` are also the names of functions)
+_FAMILIES = tuple(importlib.import_module(f"{__name__}.{family}") for family in (
+    "activation", "attention", "convolution", "dropout", "indexing", "linalg", "loss",
+    "normalization", "pooling", "recurrent", "reduction", "resampling", "shape", "softmax"))
 __all__ = sorted({name for family in _FAMILIES for name in family.__all__})

@@ -1,0 +1,119 @@
+"""Whole-network backward graphs: ResNet-18, ResNet-50 (torchvision layout, full width)
+and a 2-layer LSTM language model, built from tg.nn. For each: the number of tensors in
+the forward and in the generated backward, the time ``tg.gradient`` takes, and the
+largest difference from PyTorch (same weights, float64, a small input) over the logits,
+the loss and every parameter gradient.
+
+    .venv/bin/python benchmarks/bench_networks.py [--markdown] [--width 64] [--image 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import tegrad as tg
+from tegrad.ir.tensor import Compute
+from tegrad.ir.traverse import topo_tensors
+from tegrad.models import language_model, language_model_parameters, resnet, resnet_parameters
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import bench_shared  # noqa: E402
+from torch_models import LanguageModel, ResNet  # noqa: E402
+
+F64 = "float64"
+
+
+def computes(tensors) -> set:
+    return {t for t in topo_tensors(tensors) if isinstance(t, Compute)}
+
+
+def measure(name, loss, logits, params, feeds, module, torch_loss):
+    names = list(params)
+    start = time.perf_counter()
+    grads = tg.gradient(loss, [params[n] for n in names])
+    generation = time.perf_counter() - start
+    forward = computes([loss, logits])
+    backward = computes(grads) - forward
+
+    state = {n: p.detach().numpy() for n, p in module.named_parameters()}
+    start = time.perf_counter()
+    f = tg.build([*feeds, *params.values()], [logits, loss, *grads])
+    got = f(*feeds.values(), *(state[n] for n in names))
+    run = time.perf_counter() - start
+    expected_logits, expected_loss = torch_loss()
+    expected_loss.backward()
+    reference = dict(module.named_parameters())
+
+    def rel(a, b):
+        return float(np.max(np.abs(a - b)) / max(1e-300, float(np.max(np.abs(b)))))
+    errors = [rel(got[0], expected_logits.detach().numpy()),
+              rel(np.asarray(got[1]), expected_loss.detach().numpy())]
+    errors += [rel(g, reference[n].grad.numpy()) for n, g in zip(names, got[2:], strict=True)]
+    params_count = sum(int(np.prod(p.shape)) for p in params.values())
+    return [name, f"{params_count / 1e6:.2f} M", str(len(forward)), str(len(backward)),
+            f"{generation:.2f} s", f"{run:.1f} s", f"{max(errors):.1e}"]
+
+
+def resnet_row(arch, width, image):
+    torch.manual_seed(0)
+    classes = 10
+    module = ResNet(arch, classes, width).double().train()
+    params = resnet_parameters(arch, classes, width, dtype=F64)
+    x = tg.placeholder((2, 3, image, image), F64, name="x")
+    target = tg.placeholder((2,), "int64", name="target")
+    logits = resnet(x, params, arch)
+    loss = tg.nn.cross_entropy(logits, target)
+    rng = np.random.default_rng(0)
+    xv, tv = rng.standard_normal(x.shape), rng.integers(0, classes, size=2)
+
+    def torch_loss():
+        out = module(torch.from_numpy(xv))
+        return out, torch.nn.functional.cross_entropy(out, torch.from_numpy(tv))
+    return measure(f"{arch} (width {width}, 2x3x{image}x{image})", loss, logits, params,
+                   {x: xv, target: tv}, module, torch_loss)
+
+
+def language_model_row():
+    torch.manual_seed(0)
+    vocab, embed, hidden, layers, steps, batch = 50, 32, 64, 2, 20, 4
+    module = LanguageModel(vocab, embed, hidden, layers).double()
+    params = language_model_parameters(vocab, embed, hidden, layers, dtype=F64)
+    tokens = tg.placeholder((steps, batch), "int64", name="tokens")
+    targets = tg.placeholder((steps, batch), "int64", name="targets")
+    logits = language_model(tokens, params)
+    loss = tg.nn.cross_entropy(tg.nn.reshape(logits, (steps * batch, vocab)),
+                               tg.nn.reshape(targets, (steps * batch,)))
+    rng = np.random.default_rng(0)
+    tok, tgt = (rng.integers(0, vocab, size=(steps, batch)) for _ in range(2))
+
+    def torch_loss():
+        out = module(torch.from_numpy(tok))
+        return out, torch.nn.functional.cross_entropy(out.reshape(-1, vocab),
+                                                      torch.from_numpy(tgt).reshape(-1))
+    return measure(f"LSTM LM ({layers} layers, hidden {hidden}, {steps} steps)", loss, logits,
+                   params, {tokens: tok, targets: tgt}, module, torch_loss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--image", type=int, default=32)
+    args = parser.parse_args()
+    rows = [resnet_row("resnet18", args.width, args.image),
+            resnet_row("resnet50", args.width, args.image), language_model_row()]
+    bench_shared.print_table(
+        "Whole-network backward graphs (float64, vs PyTorch with the same weights)",
+        ["network", "params", "forward tensors", "backward tensors", "tg.gradient",
+         "build+run", "max rel. diff"], rows, markdown=args.markdown)
+
+
+if __name__ == "__main__":
+    main()
