@@ -1,8 +1,10 @@
 """Cases: ``tg.nn`` pooling (max, avg, lp, adaptive, global) against torch.
 
 Max pools take ``distinct`` inputs (tegrad splits a tied maximum's gradient evenly,
-torch gives it to one), lp pools positive ones. Every index map is affine (``//`` for
-adaptive bins), so every case asserts gather form.
+torch gives it to one; ``distinct`` values also have distinct ``|x|`` away from 0, for
+lp pools of infinite order), lp pools positive ones. Every index map is affine (``//`` for
+adaptive bins), so every case asserts gather form but one whose stride and dilation are
+coprime (a documented limit of the core's scatter-to-gather).
 """
 
 from __future__ import annotations
@@ -51,8 +53,12 @@ pooling("max_pool2d", "unbatched", distinct((3, 5, 5)), kwargs=dict(kernel_size=
 pooling("max_pool3d", "k2 s2 p1", distinct((1, 2, 5, 6, 7)),
         kwargs=dict(kernel_size=2, stride=2, padding=1))
 pooling("max_pool3d", "dilation, ceil_mode, indices", distinct((1, 2, 5, 6, 7)),
-        kwargs=dict(kernel_size=(2, 3, 2), stride=(2, 2, 3), dilation=(1, 2, 2),
+        kwargs=dict(kernel_size=(2, 3, 2), stride=(2, 2, 2), dilation=(1, 2, 2),
                     ceil_mode=True, return_indices=True))
+# core limit (simplify/gather.py, "Limits"): window reads 3 o + 2 r = i have coprime
+# coefficients with no unit one, which the core leaves as a scatter-add
+pooling("max_pool1d", "stride 3, dilation 2", distinct((2, 2, 12)),
+        kwargs=dict(kernel_size=2, stride=3, dilation=2), gather_form=None)
 
 # ---------------------------------------------------------------------------- avg
 
@@ -90,6 +96,10 @@ pooling("lp_pool2d", "p3, ceil_mode partial window", uniform((2, 2, 7, 8)),
         kwargs=dict(norm_type=3, kernel_size=(2, 3), stride=2, ceil_mode=True))
 pooling("lp_pool2d", "p1.5, stride > kernel", uniform((1, 2, 9, 8)),
         kwargs=dict(norm_type=1.5, kernel_size=2, stride=3))
+pooling("lp_pool2d", "p inf (max of |x|)", distinct((2, 2, 6, 7)),
+        kwargs=dict(norm_type=float("inf"), kernel_size=2, ceil_mode=True))
+pooling("lp_pool1d", "p -inf (min of |x|)", distinct((2, 2, 9)),
+        kwargs=dict(norm_type=float("-inf"), kernel_size=3, stride=2))
 pooling("lp_pool3d", "p2 k2", uniform((1, 2, 4, 5, 6)), kwargs=dict(norm_type=2, kernel_size=2))
 
 # ---------------------------------------------------------------------------- adaptive
