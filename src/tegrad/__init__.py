@@ -40,6 +40,7 @@ from .frontend.math import (
     sign,
     sin,
     sqrt,
+    stop_gradient,
     tanh,
 )
 from .frontend.reduce import (
@@ -115,6 +116,7 @@ __all__ = [
     "simplify",
     "sin",
     "sqrt",
+    "stop_gradient",
     "sum",
     "tanh",
 ]

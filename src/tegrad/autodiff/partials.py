@@ -9,7 +9,9 @@ takes the average of its one-sided derivatives. So ``max(a, b)`` at a tie gives 
 each operand, a ``max`` reduction with ``m`` tied maxima gives ``1/m`` to each, ``relu``
 written as ``max(x, 0)`` has derivative 1/2 at 0, and ``abs`` has derivative
 ``sign(0) = 0`` at 0 (the average of -1 and 1). Piecewise-constant functions (floor,
-ceil, round, sign, comparisons, casts to integers) have derivative 0.
+ceil, round, sign, comparisons, casts to integers) have derivative 0, and so has
+``stop_gradient`` (the identity, held constant: PyTorch's ``detach``, JAX's
+``stop_gradient``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ PIECEWISE_CONSTANT = (
     "or",
     "floordiv",
     "floormod",
+    "stop_gradient",  # the identity, declared constant: what it wraps is not differentiated
 )
 
 

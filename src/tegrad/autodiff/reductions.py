@@ -3,12 +3,20 @@
 For ``y = fold_k x(k)`` (over the points ``k`` where the ``where`` clause holds):
   sum:      dy/dx(k) = 1
   max/min:  dy/dx(k) = [x(k) = y] / #{k' : x(k') = y}      (ties share equally)
-  prod:     dy/dx(k) = prod_{k' != k} x(k')
+  prod:     dy/dx(k) = prod_{k' != k} x(k'), computed from two folds over the axis:
+              z = #{k' : x(k') = 0},   P = prod_{k' : x(k') != 0} x(k')
+              dy/dx(k) = P / x(k)              if z = 0
+                         P                     if z = 1 and x(k) = 0
+                         0                     otherwise (another factor is 0)
+            exact at zeros, and O(n) per row (the product of the others for every
+            element would be O(n^2)); away from zeros ``P / x(k)`` differs from the
+            product of the others by a rounding of the division.
   custom:   dy/dx(k) = d(combine)/d(rhs)(fold_{k' != k} x(k'), x(k))
   argmax/argmin: integer valued, no derivative.
-The prod and custom rules reduce over a fresh copy of the axes with ``k' != k``, so they
-are exact at zeros, at the cost of one extra pass over the axis per element. Each helper
-is memoised on its reduction node, so asking twice gives the same node (and shared work).
+The helper folds reduce over a fresh copy of the axes (the current point ``k`` stays
+free). The custom rule folds over ``k' != k``: exact for any combiner, at the cost of
+one extra pass over the axis per element. Each helper is memoised on its reduction
+node, so asking twice gives the same node (and shared work).
 """
 
 from __future__ import annotations
@@ -77,6 +85,34 @@ def fold_except(r: Reduce) -> Expr:
 
 
 @per_node
+def zero_count(r: Reduce) -> Expr:
+    """``z = #{k' : source(k') == 0}`` over a fresh copy of the axes."""
+    ren = fresh_copy(r.axes)
+    hit = cast(binary("eq", substitute(r.source, ren), zero(r.dtype)), r.dtype)
+    where = None if r.where is None else substitute(r.where, ren)
+    return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
+
+
+@per_node
+def nonzero_product(r: Reduce) -> Expr:
+    """``P = prod_{k' : source(k') != 0} source(k')`` over a fresh copy of the axes."""
+    ren = fresh_copy(r.axes)
+    src = substitute(r.source, ren)
+    factor = Select(binary("eq", src, zero(r.dtype)), const(1, r.dtype), src, r.dtype)
+    where = None if r.where is None else substitute(r.where, ren)
+    return Reduce(r.combiner, factor, tuple(ren.values()), where, r.dtype)
+
+
+def prod_partial(r: Reduce) -> Expr:
+    """``prod_{k' != k} x(k')`` from ``z`` and ``P`` (module docstring)."""
+    z, p, x = zero_count(r), nonzero_product(r), r.source
+    dtype = r.dtype
+    lone_zero = binary("and", binary("eq", z, const(1, dtype)), binary("eq", x, zero(dtype)))
+    return Select(binary("eq", z, zero(dtype)), binary("div", p, x),
+                  Select(lone_zero, p, zero(dtype), dtype), dtype)
+
+
+@per_node
 def count_ties(r: Reduce) -> Expr:
     """#{k' : source(k') == r}, computed over a fresh copy of the axes."""
     ren = fresh_copy(r.axes)
@@ -122,7 +158,7 @@ def reduce_partial(r: Reduce, guards: tuple[Expr, ...] = ()) -> Expr | None:
         hit = Select(binary("eq", exact.source, exact), one, zero(r.dtype), r.dtype)
         return binary("div", hit, count_ties(exact))
     if kind == "prod":
-        return fold_except(r)
+        return prod_partial(r)
     if kind == "custom":
         comb = r.combiner
         rest = fold_except(r)

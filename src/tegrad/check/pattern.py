@@ -33,7 +33,7 @@ from ..ir.tensor import Compute, Placeholder, Tensor
 from ..ir.traverse import free_vars, topo_tensors, walk
 
 PATTERN_LIMIT = 1 << 22  # grid points enumerated for one read
-NO_DERIVATIVE = ("floor", "ceil", "round", "sign", "not")
+NO_DERIVATIVE = ("floor", "ceil", "round", "sign", "not", "stop_gradient")
 
 
 class PatternUnavailable(Exception):

@@ -52,6 +52,7 @@ sign = _unary("sign")
 floor = _unary("floor")
 ceil = _unary("ceil")
 round = _unary("round")  # noqa: A001
+stop_gradient = _unary("stop_gradient")  # the identity, with derivative 0
 maximum = _binary("max")
 minimum = _binary("min")
 power = _binary("pow")

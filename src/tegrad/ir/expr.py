@@ -300,7 +300,7 @@ UNARY_FLOAT = (
     "cos",
     "erf",
 )
-UNARY_SAME = ("neg", "abs", "sign", "floor", "ceil", "round")
+UNARY_SAME = ("neg", "abs", "sign", "floor", "ceil", "round", "stop_gradient")
 UNARY_OPS = (*UNARY_FLOAT, *UNARY_SAME, "not")
 ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "pow", "max", "min")
 COMPARE_OPS = ("lt", "le", "eq", "ne")

@@ -47,6 +47,7 @@ UNARY = {
     "ceil": np.ceil,
     "round": np.round,
     "not": np.logical_not,
+    "stop_gradient": lambda x: x,
 }
 BINARY = {
     "add": np.add,

@@ -46,7 +46,8 @@ def language_model(tokens: Tensor, params: dict[str, Tensor]) -> Tensor:
     batch = tokens.shape[1]
     for layer in range(layers):
         hidden = params[f"lstm.weight_hh_l{layer}"].shape[1]
-        zero = compute((batch, hidden), lambda n, j: const(0.0, x.dtype), name=f"zeros.l{layer}")
+        zero = compute((batch, hidden), lambda n, j, dtype=x.dtype: const(0.0, dtype),
+                       name=f"zeros.l{layer}")
         x, _, _ = lstm(x, zero, zero, params[f"lstm.weight_ih_l{layer}"],
                        params[f"lstm.weight_hh_l{layer}"], params[f"lstm.bias_ih_l{layer}"],
                        params[f"lstm.bias_hh_l{layer}"], name=f"lstm.l{layer}")
