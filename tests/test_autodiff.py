@@ -149,6 +149,40 @@ def test_max_ties_share_the_gradient():
     np.testing.assert_allclose(tg.build([x], gb)(np.array([1.0, 2.0, 1.0, 0.0])), [0.5, 1, 0.5, 0])
 
 
+def test_prod_gradient_is_exact_with_zeros_in_a_row():
+    # rows with no zero, one zero and two zeros; first and second order against torch
+    rows = np.array([[2.0, -0.5, 3.0, 1.5], [2.0, 0.0, 3.0, 1.5], [0.0, -0.5, 0.0, 1.5]])
+    x = tg.placeholder(rows.shape, "float64", name="X")
+    k = tg.reduce_axis(4, "k")
+    p = tg.compute((3,), lambda i: tg.prod(x[i, k], axis=k), name="P")
+    h = tg.placeholder((3,), "float64", name="H")
+    (g,) = tg.gradient(p, [x], head=h)
+    v = tg.placeholder(rows.shape, "float64", name="V")
+    kk = [tg.reduce_axis(n) for n in rows.shape]
+    s = tg.compute((), lambda: tg.sum(g[kk[0], kk[1]] * v[kk[0], kk[1]], kk), name="S")
+    (gg,) = tg.gradient(s, [x])
+    hv, vv = RNG.standard_normal(3), RNG.standard_normal(rows.shape)
+    got_g, got_gg = tg.build([x, h, v], [g, gg])(rows, hv, vv)
+
+    xt = torch.tensor(rows, requires_grad=True)
+    (gt,) = torch.autograd.grad(torch.prod(xt, 1), xt, torch.tensor(hv), create_graph=True)
+    (ggt,) = torch.autograd.grad((gt * torch.tensor(vv)).sum(), xt)
+    np.testing.assert_allclose(got_g, gt.detach().numpy(), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(got_gg, ggt.numpy(), rtol=1e-14, atol=1e-15)
+
+
+def test_stop_gradient_is_the_identity_held_constant():
+    x = tg.placeholder((3,), "float64", name="X")
+    y = tg.compute((3,), lambda i: x[i] * tg.stop_gradient(x[i] * x[i]), name="Y")
+    (g,) = tg.gradient(y, [x], head=tg.compute((3,), lambda i: tg.const(1.0, "float64")))
+    y_dot = tg.jvp(y, [x], [tg.compute((3,), lambda i: tg.const(1.0, "float64"))])
+    xv = np.array([1.5, -2.0, 0.5])
+    value, grad, tangent = tg.build([x], [y, g, y_dot])(xv)
+    np.testing.assert_array_equal(value, xv ** 3)
+    np.testing.assert_array_equal(grad, xv ** 2)  # d/dx x * c, with c = x^2 held constant
+    np.testing.assert_array_equal(tangent, xv ** 2)
+
+
 def test_conv_gradients_are_gathers():
     x = tg.placeholder((2, 4, 9, 9), "float64", name="X")
     w = tg.placeholder((6, 2, 3, 3), "float64", name="W")

@@ -3,14 +3,19 @@
 For ``y = fold_k x(k)`` (over the points ``k`` where the ``where`` clause holds):
   sum:      dy/dx(k) = 1
   max/min:  dy/dx(k) = [x(k) = y] / #{k' : x(k') = y}      (ties share equally)
-  prod:     dy/dx(k) = prod_{k' != k} x(k'), computed from two folds over the axis:
-              z = #{k' : x(k') = 0},   P = prod_{k' : x(k') != 0} x(k')
-              dy/dx(k) = P / x(k)              if z = 0
-                         P                     if z = 1 and x(k) = 0
-                         0                     otherwise (another factor is 0)
-            exact at zeros, and O(n) per row (the product of the others for every
-            element would be O(n^2)); away from zeros ``P / x(k)`` differs from the
-            product of the others by a rounding of the division.
+  prod:     dy/dx(k) = prod_{k' != k} x(k'), from three folds over the axis:
+              z = #{k' : x(k') = 0},  P = prod_{x(k') != 0} x(k'),  S = sum_{x(k') = 0} x(k')
+              dy/dx(k) = P / x(k)                    z = 0
+                         P                           z = 1, x(k) = 0
+                         P / x(k) * S                z = 1, x(k) != 0
+                         P * (S - x(k))              z = 2, x(k) = 0
+                         0                           otherwise
+            ``S`` is 0 in value but carries the derivative of the zero factors, so the
+            partial is exact in value everywhere and its own derivative (second order)
+            is exact at zeros too; third and higher derivatives at a point with two or
+            more zeros in a row are not. O(n) per row (the product of the others for
+            every element would be O(n^2)); away from zeros ``P / x(k)`` differs from the
+            product of the others by the rounding of one division.
   custom:   dy/dx(k) = d(combine)/d(rhs)(fold_{k' != k} x(k'), x(k))
   argmax/argmin: integer valued, no derivative.
 The helper folds reduce over a fresh copy of the axes (the current point ``k`` stays
@@ -84,32 +89,43 @@ def fold_except(r: Reduce) -> Expr:
     return Reduce(r.combiner, src, tuple(ren.values()), where, r.dtype)
 
 
-@per_node
-def zero_count(r: Reduce) -> Expr:
-    """``z = #{k' : source(k') == 0}`` over a fresh copy of the axes."""
-    ren = fresh_copy(r.axes)
-    hit = cast(binary("eq", substitute(r.source, ren), zero(r.dtype)), r.dtype)
-    where = None if r.where is None else substitute(r.where, ren)
-    return Reduce(SUM, hit, tuple(ren.values()), where, r.dtype)
-
-
-@per_node
-def nonzero_product(r: Reduce) -> Expr:
-    """``P = prod_{k' : source(k') != 0} source(k')`` over a fresh copy of the axes."""
+def _zero_fold(r: Reduce, kind: str) -> Expr:
+    """A fold over a fresh copy of the axes: ``count`` of zero sources, ``product`` of
+    the non-zero ones, ``sum`` of the zero ones (0, with their derivatives)."""
     ren = fresh_copy(r.axes)
     src = substitute(r.source, ren)
-    factor = Select(binary("eq", src, zero(r.dtype)), const(1, r.dtype), src, r.dtype)
+    is_zero = binary("eq", src, zero(r.dtype))
     where = None if r.where is None else substitute(r.where, ren)
-    return Reduce(r.combiner, factor, tuple(ren.values()), where, r.dtype)
+    if kind == "count":
+        return Reduce(SUM, cast(is_zero, r.dtype), tuple(ren.values()), where, r.dtype)
+    if kind == "product":
+        factor = Select(is_zero, const(1, r.dtype), src, r.dtype)
+        return Reduce(r.combiner, factor, tuple(ren.values()), where, r.dtype)
+    term = Select(is_zero, src, zero(r.dtype), r.dtype)
+    return Reduce(SUM, term, tuple(ren.values()), where, r.dtype)
+
+
+@per_node
+def zero_folds(r: Reduce) -> tuple[Expr, Expr, Expr]:
+    """``(z, P, S)`` of the module docstring, one node each per reduction."""
+    return _zero_fold(r, "count"), _zero_fold(r, "product"), _zero_fold(r, "sum")
 
 
 def prod_partial(r: Reduce) -> Expr:
-    """``prod_{k' != k} x(k')`` from ``z`` and ``P`` (module docstring)."""
-    z, p, x = zero_count(r), nonzero_product(r), r.source
-    dtype = r.dtype
-    lone_zero = binary("and", binary("eq", z, const(1, dtype)), binary("eq", x, zero(dtype)))
-    return Select(binary("eq", z, zero(dtype)), binary("div", p, x),
-                  Select(lone_zero, p, zero(dtype), dtype), dtype)
+    """``prod_{k' != k} x(k')`` from ``z``, ``P`` and ``S`` (module docstring)."""
+    z, p, s = zero_folds(r)
+    x, dtype = r.source, r.dtype
+
+    def when(cond, then, other):
+        return Select(cond, then, other, dtype)
+
+    def zeros_are(n):
+        return binary("eq", z, const(n, dtype))
+    x_zero = binary("eq", x, zero(dtype))
+    return when(zeros_are(0), binary("div", p, x),
+                when(zeros_are(1), when(x_zero, p, binary("mul", binary("div", p, x), s)),
+                     when(binary("and", zeros_are(2), x_zero),
+                          binary("mul", p, binary("sub", s, x)), zero(dtype))))
 
 
 @per_node
