@@ -35,8 +35,12 @@ def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, to
     np.testing.assert_allclose(got[1], expected_loss.item(), rtol=1e-9)
     reference = dict(module.named_parameters())
     for name, g in zip(names, got[2:], strict=True):
-        np.testing.assert_allclose(g, reference[name].grad.numpy(), rtol=1e-7, atol=1e-10,
-                                   err_msg=name)
+        expected = reference[name].grad.numpy()
+        # relative to the tensor's scale (gradients of 1e3 sit beside 1e-2 in one tensor),
+        # 1e-8: batch norm over a 1x1 map (2 values) at the last stage amplifies the
+        # rounding of 50 layers summed in different orders
+        scale = max(1.0, float(np.abs(expected).max()))
+        np.testing.assert_allclose(g, expected, rtol=0, atol=1e-8 * scale, err_msg=name)
     return grads
 
 

@@ -99,7 +99,7 @@ def resnet(x: Tensor, params: dict[str, Tensor], arch: str = "resnet18") -> Tens
                 out = _conv_bn(out, params, f"{p}.conv3", f"{p}.bn3")
             else:
                 out = relu(_conv_bn(y, params, f"{p}.conv1", f"{p}.bn1", stride, 1))
-                out = _conv_bn(out, params, f"{p}.conv2", f"{p}.bn2")
+                out = _conv_bn(out, params, f"{p}.conv2", f"{p}.bn2", 1, 1)
             if f"{p}.downsample.0.weight" in params:
                 y = _conv_bn(y, params, f"{p}.downsample.0", f"{p}.downsample.1", stride)
             y = relu(out + y)
