@@ -8,7 +8,7 @@
     dA, dB = tg.gradient(C, [A, B], head=tg.placeholder(C.shape, name="dC"))
 """
 
-from . import nn
+from . import models, nn
 from .backends import build, evaluate
 from .check import GradCheckReport, check_gradient, check_vjp
 from .differentiate import gradient, jvp
@@ -102,6 +102,7 @@ __all__ = [
     "maximum",
     "min",
     "minimum",
+    "models",
     "nn",
     "not_equal",
     "placeholder",

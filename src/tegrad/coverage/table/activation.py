@@ -7,9 +7,15 @@ from ..cases import away_from_zero, case, normal
 BIG = (1024, 1024)
 
 
+_TIMED: set[str] = set()
+
+
 def _act(op: str, label: str, inputs, **options) -> None:
-    case(op, label, inputs, category="activation", bench=options.pop("bench", normal(BIG)),
+    """One row; the first row of each op is timed (on ``bench``, by default 1024x1024)."""
+    bench = options.pop("bench", normal(BIG))
+    case(op, label, inputs, category="activation", bench=None if op in _TIMED else bench,
          **options)
+    _TIMED.add(op)
 
 
 # kinks at 0: inputs kept away from it
