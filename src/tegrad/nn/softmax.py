@@ -5,13 +5,16 @@
     logsumexp(x)     = m + log sum_k e^(x_k - m)
 
 The row max ``m`` and the row sum are computes of their own (one value per row), as
-TVM's topi writes softmax. ``dim`` is required: torch's implicit choice when
+TVM's topi writes softmax. Every formula is invariant to the shift ``m`` (its derivative
+is exactly zero), so ``m`` is held constant with ``stop_gradient``: the backward does not
+differentiate the max. A slice that is all ``-inf`` shifts by 0 instead, so
+``logsumexp`` gives ``-inf`` there, as torch does. ``dim`` is required: torch's implicit choice when
 ``dim=None`` is deprecated, so tegrad refuses it rather than guess.
 """
 
 from __future__ import annotations
 
-from ..frontend.math import cast, exp, log
+from ..frontend.math import cast, exp, if_then_else, log, stop_gradient
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
@@ -37,6 +40,12 @@ def _signed(v, negate: bool):
     return -v if negate else v
 
 
+def _shift(row_max):
+    """The stabilizing shift: the row max held constant (0 where the row is all -inf)."""
+    finite = if_then_else(row_max > float("-inf"), row_max, 0.0)
+    return stop_gradient(finite)
+
+
 def _along(x: Tensor, dim, op: str, dtype, kind: str, negate: bool = False) -> Tensor:
     if dim is None:
         raise ValueError(f"{op}: dim is required (torch's implicit dim=None is deprecated), "
@@ -53,7 +62,7 @@ def _along(x: Tensor, dim, op: str, dtype, kind: str, negate: bool = False) -> T
     def at(r, j):  # (-)x at row r (axis d dropped), position j along d
         return _signed(x[r[:d] + (j,) + r[d:]], negate)
 
-    m = compute(rows, lambda *r: tmax(at(r, k), axis=k), name=f"{name}.max")
+    m = compute(rows, lambda *r: _shift(tmax(at(r, k), axis=k)), name=f"{name}.max")
     total = compute(rows, lambda *r: tsum(exp(at(r, k2) - m[r]), axis=k2), name=f"{name}.sum")
 
     def body(*i):
@@ -85,7 +94,7 @@ def softmin(input: Tensor, dim: int | None = None, _stacklevel: int = 3,
 
 def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
     """``torch.logsumexp``: ``m + log sum e^(x - m)`` over ``dim`` (an int or a tuple).
-    A slice that is all ``-inf`` gives NaN (torch gives ``-inf``)."""
+    A slice that is all ``-inf`` gives ``-inf``, as torch."""
     x = _input(input, "logsumexp", None)
     dims = axes(dim, x.ndim)
     if not dims:
@@ -103,7 +112,7 @@ def logsumexp(input: Tensor, dim, keepdim: bool = False) -> Tensor:
             index.append(next(r) if a in dims else next(out))
         return x[tuple(index)]
 
-    m = compute(shape, lambda *o: tmax(at(o, red), axis=red), name=f"{name}.max")
+    m = compute(shape, lambda *o: _shift(tmax(at(o, red), axis=red)), name=f"{name}.max")
 
     def body(*o):
         return m[o] + log(tsum(exp(at(o, red2) - m[o]), axis=red2))
