@@ -61,7 +61,7 @@ def _chunks(t: Compute) -> list[list[tuple[int, int]]]:
 
 
 def _plan_chunks(t: Compute) -> list[list[tuple[int, int]]]:
-    inner = _deepest_reduction(t.body)
+    inner = _reduction_width(t)
     full = [(0, s) for s in t.shape]
     if not t.shape:
         return [full]
@@ -81,11 +81,20 @@ def _plan_chunks(t: Compute) -> list[list[tuple[int, int]]]:
     return regions
 
 
-def _deepest_reduction(e: Expr) -> int:
+def _reduction_width(t: Compute) -> int:
+    """The most reduction points any one output point spans in an intermediate array.
+
+    A reduction's source is evaluated over the variables it uses, so its array has the
+    extents of the reduce axes free in it (its own and enclosing ones it reads). A
+    reduction nested in another but independent of the outer axes (a softmax's row max
+    inside the row sum) is hoisted, so the extents do not multiply.
+    """
+    outputs = set(t.axes)
     best = 1
-    for x in walk(e):
+    for x in walk(t.body):
         if isinstance(x, Reduce):
-            best = max(best, math.prod(a.extent for a in x.axes) * _deepest_reduction(x.source))
+            width = math.prod(v.extent for v in free_vars(x.source) if v not in outputs)
+            best = max(best, width)
     return best
 
 

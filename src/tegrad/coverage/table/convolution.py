@@ -19,6 +19,10 @@ case("conv1d", "", normal((2, 3, 9), (4, 3, 3), (4,)), category=CAT,
      bench=normal((8, 64, 3136), (64, 64, 9), (64,)))
 case("conv1d", "stride 3 > kernel 2, pad 1, no bias", normal((2, 3, 10), (4, 3, 2)),
      kwargs=dict(stride=3, padding=1), category=CAT)
+# CORE LIMIT: input rows 3 p + 2 k (stride 3, dilation 2: coprime coefficients, neither a
+# unit) are not solved by simplify/gather.py, so the input gradient stays a scatter
+case("conv1d", "stride 3, dilation 2", normal((1, 2, 12), (3, 2, 2), (3,)),
+     kwargs=dict(stride=3, dilation=2), category=CAT, gather_form=False)
 case("conv1d", "same, even kernel, dilation 3", normal((1, 2, 9), (3, 2, 4), (3,)),
      kwargs=dict(padding="same", dilation=3), category=CAT)
 case("conv2d", "", normal((2, 3, 6, 5), (4, 3, 3, 3), (4,)), kwargs=dict(padding=1),
@@ -32,7 +36,8 @@ case("conv2d", "stride (3, 2) > kernel 2, pad (1, 0)", normal((2, 2, 8, 7), (3, 
 case("conv2d", "pad 2 >= kernel/2, dilation 2, groups 2",
      normal((1, 4, 7, 6), (6, 2, 3, 3), (6,)),
      kwargs=dict(padding=2, dilation=2, groups=2), category=CAT)
-case("conv2d", "same, even kernel (2, 4), dilation (1, 2)", normal((2, 3, 5, 7), (2, 3, 2, 4), (2,)),
+case("conv2d", "same, even kernel (2, 4), dilation (1, 2)",
+     normal((2, 3, 5, 7), (2, 3, 2, 4), (2,)),
      kwargs=dict(padding="same", dilation=(1, 2)), category=CAT)
 case("conv2d", "size-1 spatial, 1x1 kernel", normal((3, 4, 1, 1), (5, 4, 1, 1), (5,)),
      category=CAT)
@@ -78,13 +83,17 @@ case("depthwise_conv2d", "multiplier 2, stride 2, dilation 2, no bias",
 # -- unfold / fold
 case("unfold", "3x3, pad 1", normal((2, 3, 5, 4)), kwargs=dict(kernel_size=3, padding=1),
      category=CAT, bench=normal((8, 64, 56, 56)))
+# CORE LIMIT: rows 3 bh + 2 i (stride 3, dilation 2: coprime coefficients, neither a unit)
+# are not solved by simplify/gather.py, so the input gradient stays a scatter
 case("unfold", "stride 3 > kernel 2, dilation (2, 1)", normal((1, 2, 8, 7)),
-     kwargs=dict(kernel_size=2, stride=3, dilation=(2, 1)), category=CAT)
+     kwargs=dict(kernel_size=2, stride=3, dilation=(2, 1)), category=CAT, gather_form=False)
 case("unfold", "unbatched, (2, 3) kernel, stride 2, pad (1, 2)", normal((2, 5, 6)),
      kwargs=dict(kernel_size=(2, 3), stride=2, padding=(1, 2)), category=CAT)
 case("fold", "3x3, pad 1", normal((2, 27, 20)),
-     kwargs=dict(output_size=(5, 4), kernel_size=3, padding=1), category=CAT,
-     bench=normal((8, 576, 3136)))
+     kwargs=dict(output_size=(5, 4), kernel_size=3, padding=1), category=CAT)
+case("fold", "3x3, pad 1, 28x28", normal((1, 18, 784)),  # kwargs fit the bench size
+     kwargs=dict(output_size=28, kernel_size=3, padding=1), category=CAT,
+     bench=normal((8, 576, 784)))
 case("fold", "stride 2, dilation 2, odd size", normal((1, 8, 12)),
      kwargs=dict(output_size=(7, 9), kernel_size=2, stride=2, dilation=2), category=CAT)
 case("fold", "unbatched, stride 3 > kernel 2, pad 1", normal((8, 9)),
