@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run test bench bench-check bench-lstm lint fuzz clean
+.PHONY: setup run tour report-readme test bench bench-check bench-lstm bench-networks fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -12,7 +12,15 @@ $(BIN)/activate:
 
 setup: $(BIN)/activate
 
+# the main job: every tg.nn op checked against PyTorch and timed (reports/coverage.*)
 run: setup
+	$(BIN)/tegrad report
+
+# the same, also replacing the README's embedded coverage table
+report-readme: setup
+	$(BIN)/tegrad report --readme README.md
+
+tour: setup
 	$(BIN)/python examples/tour.py
 
 test: setup
@@ -30,6 +38,9 @@ bench-check: setup
 
 bench-lstm: setup
 	$(BIN)/python benchmarks/bench_lstm.py
+
+bench-networks: setup
+	$(BIN)/python benchmarks/bench_networks.py --markdown
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache

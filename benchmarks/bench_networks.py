@@ -6,7 +6,7 @@ the loss and every parameter gradient, relative to each tensor's largest value. 
 32x32 input the last stage of a ResNet sees a 1x1 map: batch norm over the 2 values of
 a batch of 2 is ill-conditioned, and the rounding of 50 layers shows there.)
 
-    .venv/bin/python benchmarks/bench_networks.py [--markdown] [--width 64] [--image 32]
+    .venv/bin/python benchmarks/bench_networks.py [--markdown] [--width 64] [--image 64]
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--image", type=int, default=32)
+    parser.add_argument("--image", type=int, default=64)
     args = parser.parse_args()
     rows = [resnet_row("resnet18", args.width, args.image),
             resnet_row("resnet50", args.width, args.image), language_model_row()]

@@ -30,7 +30,8 @@ BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in 
 
 def run_kernel(kernel, arrays, evaluate_compute):
     if kernel.kind == "general":
-        return evaluate_compute(kernel.tensor, arrays)
+        body_of = getattr(kernel.detail, "body_of", kernel.tensor)
+        return evaluate_compute(body_of, arrays)
     if kernel.kind == "contraction":
         return run_contraction(kernel.detail, arrays)
     if kernel.kind == "scatter":

@@ -14,6 +14,7 @@ relative bound it cannot meet in float64.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,7 +107,9 @@ def run_torch(case: Case, arrays, heads, diff) -> tuple[list, list]:
     for k, a in enumerate(arrays):
         t = torch.from_numpy(np.array(a))
         tensors.append(t.requires_grad_(True) if k in diff else t)
-    outputs = as_list(case.torch_fn()(*tensors, **case.kwargs))
+    with warnings.catch_warnings():  # torch's deprecation notes about its own API
+        warnings.simplefilter("ignore", UserWarning)
+        outputs = as_list(case.torch_fn()(*tensors, **case.kwargs))
     floats = [y for y in outputs if y.is_floating_point()]
     wrt = [tensors[k] for k in diff]
     grads = []

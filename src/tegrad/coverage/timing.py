@@ -1,6 +1,7 @@
 """Timing one case against PyTorch eager on the CPU, side by side in one process.
 
-Inputs are the case's ``bench`` arrays (its test inputs where it has none), float32.
+Inputs are the case's ``bench`` arrays (its test inputs where it has none), float32;
+the report times only cases that have ``bench`` arrays.
 Forward: ``op(x)``. Forward+backward: the outputs and every input's gradient for a fixed
 random head (tegrad: one built function computing both, sharing intermediates; torch:
 the forward, then ``torch.autograd.grad``). The four timings alternate, each repeated
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,6 +53,12 @@ def float32(arrays: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def time_case(case: Case, repeats: int = 5, seed: int = 0) -> Timing:
+    with warnings.catch_warnings():  # torch's deprecation notes about its own API
+        warnings.simplefilter("ignore", UserWarning)
+        return _time_case(case, repeats, seed)
+
+
+def _time_case(case: Case, repeats: int, seed: int) -> Timing:
     import torch
 
     rng = np.random.default_rng(seed)

@@ -1,7 +1,9 @@
 """A plan: the computes to materialize, in order, each with the kernel form chosen.
 
 Kernel forms:
-  general      the compute evaluated as a fused expression over its index grid
+  general      the compute evaluated as a fused expression over its index grid; the
+               float sums inside it that are contractions or scatters are computed
+               first, as kernels of their own (``extract.py``)
   contraction  a sum over a product of affine (possibly guarded) reads: a BLAS call on
                strided views (see ``contraction.py``)
   scatter      a sum whose ``where`` pins output indices to expressions of the reduce
@@ -43,9 +45,33 @@ class Plan:
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class Fused:
+    """A general kernel evaluating ``body_of`` (the compute with its contractions and
+    scatters read from the ``parts`` computed before it; ``extract.py``)."""
+
+    body_of: Compute
+    parts: tuple[Compute, ...]
+
+    def describe(self) -> str:
+        return "reads " + ", ".join(p.name for p in self.parts)
+
+
+def _kernel_form(t: Compute):
+    from .contraction import match_contraction
+    from .scatter import match_scatter
+
+    for kind, match in (("contraction", match_contraction), ("scatter", match_scatter)):
+        found = match(t)
+        if found is not None:
+            return kind, found
+    return None
+
+
 def plan(outputs: list[Tensor], given=()) -> Plan:
     """Kernels for ``outputs``; tensors in ``given`` are inputs (computed elsewhere)."""
     from .contraction import match_contraction
+    from .extract import extract_kernels
     from .scan_kernel import plan_scan
     from .scatter import match_scatter
 
@@ -70,6 +96,12 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
         detail = match_scatter(t)
         if detail is not None:
             kernels.append(Kernel(t, "scatter", detail))
+            continue
+        extracted = extract_kernels(t, _kernel_form)
+        if extracted is not None:
+            parts, rest = extracted
+            kernels.extend(Kernel(part, kind, found) for part, kind, found in parts)
+            kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
     return Plan(kernels, list(outputs))
