@@ -289,3 +289,31 @@ def test_vjp_with_an_integer_argument_checks_only_the_float_ones():
 
     report = tg.check_vjp(forward, backward, (w, idx))
     assert set(report.results) == {"arg0"} and report.passed
+
+
+def test_an_input_the_output_does_not_read_has_a_zero_gradient():
+    a = tg.placeholder((3,), "float64", name="A")
+    b = tg.placeholder((3,), "float64", name="B")
+    y = tg.compute((3,), lambda i: a[i] * a[i], name="Y")
+    report = tg.check_gradient(y, [a, b], raise_on_failure=False)
+    assert report.results["B"].verdict == tg.check.PASS
+    assert report.results["A"].verdict == tg.check.PASS
+
+
+def test_stop_gradient_is_held_constant_by_the_differences():
+    x = tg.placeholder((4,), "float64", name="X")
+    y = tg.compute((4,), lambda i: x[i] * tg.stop_gradient(x[i]), name="Y")
+    tg.check_gradient(y, [x])  # generated: d/dx = stop_gradient(x), i.e. x
+    head = tg.placeholder((4,), "float64", name="H")
+    full = tg.compute((4,), lambda i: 2.0 * x[i] * head[i], name="through_the_stop")
+    report = tg.check_gradient(y, [x], [full], head=head, raise_on_failure=False)
+    assert report.results["X"].verdict == tg.check.FAIL
+
+
+def test_cancellation_in_the_forward_is_no_false_alarm():
+    # gelu (tanh) far in its left tail: x (1 + tanh(u)) cancels to ~1e-5 while its terms
+    # are ~1, so the differences' rounding is set by the terms (M(f)), not the value
+    x = tg.placeholder((3, 5), "float64", name="X")
+    y = tg.nn.gelu(x, approximate="tanh")
+    values = {x: np.linspace(-6.0, -3.0, 15).reshape(3, 5)}
+    tg.check_gradient(y, [x], values=values)

@@ -11,6 +11,9 @@
   M(a) / |b|``, ``M(sum a) = sum M(a)``. For ``f`` affine in ``X``, ``M(f)`` at ``X = |t|``
   is ``|J| |t|`` plus the other terms' magnitudes: the scale on which rounding errors of
   ``<head, J t>`` live. Conditions and indices keep reading the original tensors.
+- ``freeze_stop_gradients``: every ``stop_gradient(e)`` read from a placeholder fed
+  with ``e``'s values at the point checked, so that differences hold it constant, as
+  its derivative (0) says.
 - ``degree``: 0, 1 or 2 for "independent of", "affine in", "nonlinear in" a placeholder.
 - ``accumulation_length``: the longest chain of roundings (a sum of ``K`` terms counts
   ``K``), the ``L`` in the rounding bound ``|err| <= L eps sum|terms|``.
@@ -37,7 +40,7 @@ from ..ir.expr import (
 )
 from ..ir.scan import ScanOutput
 from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
-from ..ir.traverse import children, topo_tensors, transform, walk
+from ..ir.traverse import children, free_vars, substitute, topo_tensors, transform, walk
 
 F64 = "float64"
 
@@ -131,6 +134,45 @@ def promote_graph(outputs: Sequence[Tensor]) -> tuple[list[Tensor], dict[Placeho
         return t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
 
     return map_graph(outputs, leaf, rebuild, scans=True), leaves
+
+
+# -- stop_gradient held constant ---------------------------------------------------------
+
+
+def freeze_stop_gradients(
+    outputs: Sequence[Tensor],
+) -> tuple[list[Tensor], dict[Placeholder, Compute]]:
+    """``outputs`` with each ``stop_gradient(e)`` replaced by a read of a placeholder
+    over the variables ``e`` uses; returned with, per placeholder, the compute of ``e``
+    that gives its values (evaluate it at the base point and feed the result)."""
+    frozen: dict[Placeholder, Compute] = {}
+
+    def leaf(p: Placeholder) -> Tensor:
+        return p
+
+    def rebuild(t: Compute, new: dict) -> Tensor:
+        def fn(e: Expr) -> Expr | None:
+            moved = _reread(e, new)
+            if moved is not None:
+                return moved
+            if not (isinstance(e, Unary) and e.op == "stop_gradient"):
+                return None
+            order = sorted(free_vars(e.a), key=lambda v: v.uid)
+            axes = tuple(Var.fresh(v.name, 0, v.extent) for v in order)
+            shift = {v: a + v.lo if v.lo else a for v, a in zip(order, axes, strict=True)}
+            value = make_compute(tuple(v.extent for v in order), axes,
+                                 substitute(e.a, shift), f"{t.name}.held")
+            held = placeholder(value.shape, value.dtype, f"{t.name}.held{len(frozen)}")
+            frozen[held] = value
+            return Read(held, tuple(v - v.lo if v.lo else v for v in order), e.dtype)
+
+        body = transform(t.body, fn)
+        return t if body is t.body else make_compute(t.shape, t.axes, body, t.name)
+
+    if not any(isinstance(x, Unary) and x.op == "stop_gradient"
+               for t in topo_tensors(outputs) if isinstance(t, Compute) for x in walk(t.body)):
+        return list(outputs), {}
+    return map_graph(outputs, leaf, rebuild, scans=True), frozen
 
 
 # -- batching over one placeholder -------------------------------------------------------

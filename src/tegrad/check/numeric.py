@@ -43,8 +43,14 @@ class Differences:
     kink: np.ndarray
 
 
-def differences(forward, x: np.ndarray, ts: np.ndarray, affine: bool) -> Differences:
+def differences(forward, x: np.ndarray, ts: np.ndarray, affine: bool,
+                scale: np.ndarray | None = None) -> Differences:
     """``forward(xs) -> ys`` evaluates a stack; ``ts`` is a stack of directions.
+
+    ``scale``: ``M(f)`` at ``x`` (the magnitude of the forward's terms, ``graph.py``)
+    where known. The rounding of ``f`` is relative to its terms, not to its value: in
+    ``x (1 + tanh(u))`` at ``tanh(u) ~ -1`` the value is tiny and its rounding is not,
+    so the rounding estimate of a difference uses the larger of the two.
 
     Nonlinear: where the error estimate at the default step exceeds 1e-6 of the value
     (the function bends on a scale finer than ``|x|``, e.g. a normalisation of inputs
@@ -52,11 +58,11 @@ def differences(forward, x: np.ndarray, ts: np.ndarray, affine: bool) -> Differe
     each entry keeps the estimate with the smaller error."""
     if affine:
         return _differences(forward, x, ts, True, 1.0)
-    first = _differences(forward, x, ts, False, 1.0)
+    first = _differences(forward, x, ts, False, 1.0, scale)
     rough = first.error > 1e-6 * (np.abs(first.value) + np.max(np.abs(first.value)))
     if not rough.any():
         return first
-    fine = _differences(forward, x, ts, False, 1 / 64)
+    fine = _differences(forward, x, ts, False, 1 / 64, scale)
     better = fine.error < first.error
     pick = lambda a, b: np.where(better, b, a)  # noqa: E731
     return Differences(pick(first.value, fine.value), pick(first.error, fine.error),
@@ -64,7 +70,7 @@ def differences(forward, x: np.ndarray, ts: np.ndarray, affine: bool) -> Differe
                        pick(first.kink, fine.kink))
 
 
-def _differences(forward, x, ts, affine: bool, shrink: float) -> Differences:
+def _differences(forward, x, ts, affine: bool, shrink: float, scale=None) -> Differences:
     n = len(ts)
     if affine:
         ys = forward(np.concatenate([x + ts, x - ts]))
@@ -85,7 +91,10 @@ def _differences(forward, x, ts, affine: bool, shrink: float) -> Differences:
     d1 = (f1 - f2) / (2 * hy)
     d2 = (f3 - f4) / hy
     value = (4 * d2 - d1) / 3
-    rounding = 8 * EPS64 * (np.abs(f0) + np.abs(f1) + np.abs(f2)) / hy
+    size = np.abs(f0) + np.abs(f1) + np.abs(f2)
+    if scale is not None:
+        size = np.maximum(size, 3 * np.abs(scale))
+    rounding = 8 * EPS64 * size / hy
     error = np.abs(value - d2) + rounding
     plus1, minus1 = (f1 - f0) / hy, (f0 - f2) / hy
     plus2, minus2 = (f3 - f0) / (hy / 2), (f0 - f4) / (hy / 2)

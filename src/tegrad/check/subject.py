@@ -83,12 +83,17 @@ class ExpressionPair(Pair):
         self.grad_of = dict(zip(self.names, grads, strict=True))
 
         leaves = [t for t in topo_tensors([output, *grads]) if isinstance(t, Placeholder)]
+        leaves += [p for p in self.inputs if p not in leaves]  # inputs the output ignores
         self.feed = _feed_values(leaves, head, values, seed)
         self.values = {p.name: self.feed[p].astype(F64) for p in self.inputs}
         self.accumulation = max(
             graph.accumulation_length([output]), graph.accumulation_length(grads)
         )
-        (self.ref,), promoted = graph.promote_graph([output])
+        frozen_output, held = graph.freeze_stop_gradients([output])
+        if held:  # stop_gradient(e): differences hold e at its value here
+            values_of = _run(list(held.values()), self.feed)
+            self.feed.update(zip(held, (np.asarray(v) for v in values_of), strict=True))
+        (self.ref,), promoted = graph.promote_graph(frozen_output)
         self.ref_feed = {promoted[p]: a for p, a in self.feed.items() if p in promoted}
         self.ref_input = {p.name: promoted[p] for p in self.inputs if p in promoted}
         self._forward_cache: dict = {}

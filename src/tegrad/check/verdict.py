@@ -117,6 +117,13 @@ def _pattern(pair, name, res) -> np.ndarray | None:
     return wrong.reshape(shape)
 
 
+def _term_scale(pair, name, x) -> np.ndarray | None:
+    """``M(f)`` at ``x``: the magnitude of the forward's terms, on which its rounding
+    errors are made (None for NumPy callables, whose terms are not known)."""
+    mag = pair.magnitude(name, x[None])
+    return None if mag is None else mag[0]
+
+
 def _amplification(pair, name, x, f0) -> float:
     """How much this computation at these values amplifies rounding, in units of the
     dtype's epsilon: the forward's own relative error in its dtype (observed against the
@@ -137,7 +144,8 @@ def _screen(pair, name, x, head, g64, rng, probes, rel, res) -> tuple[bool, bool
     labels, boundary = boundary_probes(x.shape, rng)
     ts = np.concatenate([gaussian_probes(x.shape, probes, rng), boundary])
     labels = [f"Gaussian {k}" for k in range(probes)] + labels
-    d = differences(lambda xs: pair.forward(name, xs), x, ts, res.linear)
+    d = differences(lambda xs: pair.forward(name, xs), x, ts, res.linear,
+                    _term_scale(pair, name, x))
     out_axes = tuple(range(1, d.value.ndim))
     in_axes = tuple(range(1, ts.ndim))
     rhs = np.sum(g64 * ts, axis=in_axes)
@@ -174,11 +182,13 @@ def _elementwise(pair, name, x, head, g64, rel, res) -> None:
     n, m = x.size, int(np.prod(pair.out_shape, dtype=np.int64))
     full = n * m <= FULL_JACOBIAN_ENTRIES
     fwd = lambda xs: pair.forward(name, xs)  # noqa: E731
+    scale = _term_scale(pair, name, x)
     hv = head.reshape(-1)
     step = pair.chunk(5 * max(m, n))
     cols = {k: [] for k in ("value", "error", "lo", "hi", "kink")}
     for start in range(0, n, step):
-        d = differences(fwd, x, one_hot(x.shape, start, min(n, start + step)), res.linear)
+        d = differences(fwd, x, one_hot(x.shape, start, min(n, start + step)), res.linear,
+                        scale)
         for k in cols:
             a = getattr(d, k).reshape(len(d.value), m)
             if full:
@@ -206,7 +216,7 @@ def _elementwise(pair, name, x, head, g64, rel, res) -> None:
         accepted = kink & (received >= lo - tol) & (received <= hi + tol)
         bad = (diff > tol) & ~accepted
         if kink.any() and not res.linear:
-            _tie_groups(fwd, x, received, kink, tol, rel, bad, res)
+            _tie_groups(fwd, x, received, kink, tol, rel, bad, res, scale)
         wrong = bad.any(axis=0)
         margin = float(np.max(np.where(accepted, 0.0, diff / tol)))
         expected = jac.T @ hv
@@ -274,7 +284,7 @@ def _backward_rows(pair, name: str, m: int, n: int) -> np.ndarray:
     return np.concatenate(rows)
 
 
-def _tie_groups(fwd, x, received, kink, tol, rel, bad, res) -> None:
+def _tie_groups(fwd, x, received, kink, tol, rel, bad, res, scale) -> None:
     """Tied elements (several kink columns in one output row, e.g. equal maxima of a
     window) may split that row's derivative in any way, but moved together the function
     is smooth: along ``t = sum of the group's unit vectors`` the derivative must equal the
@@ -288,7 +298,7 @@ def _tie_groups(fwd, x, received, kink, tol, rel, bad, res) -> None:
     ts = np.zeros((len(members), x.size))
     for k, cols in enumerate(members):
         ts[k, list(cols)] = 1.0
-    d = differences(fwd, x, ts.reshape(len(members), *x.shape), False)
+    d = differences(fwd, x, ts.reshape(len(members), *x.shape), False, scale)
     broken = 0
     for k, cols in enumerate(members):
         rows = np.array(groups[cols])

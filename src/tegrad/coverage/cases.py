@@ -44,7 +44,7 @@ class Case:
     ref: str | Callable | None = None
     diff: tuple[int, ...] | None = None  # None: every float input
     gather_form: bool | None = True  # None: not asserted (data-dependent, clamps)
-    rtol: float = 1e-7
+    rtol: float = 1e-12
 
     @property
     def name(self) -> str:

@@ -15,7 +15,18 @@ The distances (``pairwise_distance``, ``cosine_similarity``) live with the norms
 from __future__ import annotations
 
 from ..frontend.math import abs as tabs
-from ..frontend.math import equal, exp, if_then_else, log, log1p, maximum, minimum, not_equal, rsqrt
+from ..frontend.math import (
+    const,
+    equal,
+    exp,
+    if_then_else,
+    log,
+    log1p,
+    maximum,
+    minimum,
+    not_equal,
+    rsqrt,
+)
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
@@ -254,7 +265,9 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
             q = target[at(pos, c)] if eps == 0 else (1 - eps) * target[at(pos, c)] + eps / classes
             return -tsum(w * q * logp, axis=c)
         t = target[pos]
-        q = if_then_else(equal(c, t), 1.0 - eps + eps / classes, eps / classes)
+        # constants in the input's dtype: a Python float would default to float32
+        q = if_then_else(equal(c, t), const(1.0 - eps + eps / classes, input.dtype),
+                         const(eps / classes, input.dtype))
         if eps == 0:
             kept = -tsum(w * logp, axis=c, where=equal(c, t))
         else:

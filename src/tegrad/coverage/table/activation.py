@@ -44,7 +44,9 @@ _act("softsign", "", away_from_zero((3, 5)))
 _act("hardtanh", "", normal((3, 5), scale=2.0))
 _act("hardtanh", "min -0.5 max 2", normal((3, 5), scale=2.0),
      kwargs=dict(min_val=-0.5, max_val=2.0))
-_act("hardsigmoid", "", normal((3, 5), scale=4.0))
+# torch's CPU kernel scales the gradient by the float constant 1.0f / 6.0f, also in
+# float64: it is 3e-8 off; tegrad's 1/6 is exact
+_act("hardsigmoid", "", normal((3, 5), scale=4.0), rtol=1e-8)
 _act("hardswish", "", normal((3, 5), scale=4.0))
 _act("sigmoid", "", normal((3, 5), scale=3.0), ref="torch.sigmoid")
 _act("tanh", "", normal((3, 5), scale=2.0), ref="torch.tanh")
