@@ -11,7 +11,11 @@
 from . import models, nn
 from .backends import build, evaluate
 from .check import GradCheckReport, check_gradient, check_vjp
-from .differentiate import gradient, jvp
+from .differentiate import gradient
+from .differentiate import jvp as _tensor_jvp
+from .eager import Variable, eager_aware
+from .eager.functional import grad, jit, value_and_grad
+from .eager.tape import GradientTape
 from .errors import GradientCheckError, IRError, NotDifferentiableError
 from .frontend.math import (
     abs,
@@ -61,8 +65,37 @@ from .simplify import simplify
 
 __version__ = "0.1.0"
 
+# the math intrinsics also run eagerly on tg.Variable arguments
+(abs, ceil, cos, erf, exp, expm1, floor, log, log1p, maximum, minimum, power, round, rsqrt,
+ sigmoid, sign, sin, sqrt, tanh) = (eager_aware(f) for f in (
+    abs, ceil, cos, erf, exp, expm1, floor, log, log1p, maximum, minimum, power, round, rsqrt,
+    sigmoid, sign, sin, sqrt, tanh))
+
+
+def jvp(output, inputs, tangents):
+    """Forward mode. On tensors (API section 2): the derivative of ``output`` along
+    ``tangents`` as a tensor. On a Python function (JAX style): ``jvp(fn, primals,
+    tangents)`` returns ``(fn(*primals), derivative)`` as Variables."""
+    if callable(output) and not isinstance(output, Tensor):
+        from .eager.functional import jvp as function_jvp
+        return function_jvp(output, inputs, tangents)
+    return _tensor_jvp(output, inputs, tangents)
+
+
+def __getattr__(name: str):
+    """The framework bridges load on first use (PEP 562): ``import tegrad`` imports none
+    of PyTorch, JAX or TVM."""
+    bridges = {"to_torch": "torch_bridge", "to_jax": "jax_bridge", "to_tvm": "tvm_bridge",
+               "from_tvm": "tvm_bridge"}
+    if name in bridges:
+        import importlib
+        return getattr(importlib.import_module(f".interop.{bridges[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 __all__ = [
     "Compute",
+    "GradientTape",
+    "Variable",
     "Expr",
     "GradCheckReport",
     "GradientCheckError",
@@ -92,8 +125,10 @@ __all__ = [
     "exp",
     "expm1",
     "floor",
+    "grad",
     "gradient",
     "if_then_else",
+    "jit",
     "jvp",
     "log",
     "log1p",
@@ -120,4 +155,9 @@ __all__ = [
     "stop_gradient",
     "sum",
     "tanh",
+    "to_jax",
+    "to_torch",
+    "from_tvm",
+    "to_tvm",
+    "value_and_grad",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
-from .ir.tensor import Tensor
+from .ir.tensor import Tensor, compute
 from .simplify import simplify_compute
 
 
@@ -24,3 +24,24 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
 def jvp(output: Tensor, inputs, tangents) -> Tensor:
     """Forward mode: the derivative of ``output`` along ``tangents``."""
     return simplify_compute(_jvp(output, inputs, tangents))
+
+
+def inner_product(outputs: list[Tensor], heads: list[Tensor]) -> Tensor:
+    """``sum_k <H_k, y_k>`` as one 0-d compute: the loss whose gradient is the VJP of
+    several outputs at once (``gradient(inner_product(ys, Hs), xs)``)."""
+    from .frontend.reduce import reduce_axis
+    from .frontend.reduce import sum as tsum
+
+    def term(y, h):
+        if not y.shape:
+            return y[()] * h[()]
+        axes = [reduce_axis(n, name=f"r{d}") for d, n in enumerate(y.shape)]
+        return tsum(y[tuple(axes)] * h[tuple(axes)], axis=axes)
+
+    def body():
+        total = term(outputs[0], heads[0])
+        for y, h in zip(outputs[1:], heads[1:], strict=True):
+            total = total + term(y, h)
+        return total
+
+    return compute((), body, name="inner")

@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backends import build
-from ..differentiate import gradient
-from ..frontend.reduce import reduce_axis
-from ..frontend.reduce import sum as tsum
-from ..ir.tensor import Tensor, compute, placeholder
+from ..differentiate import gradient, inner_product
+from ..ir.tensor import Tensor, placeholder
 from .cases import Case
 
 
@@ -50,24 +48,6 @@ def placeholders(arrays: list[np.ndarray], dtype: str | None = None) -> list[Ten
         kind = str(a.dtype) if (dtype is None or a.dtype.kind != "f") else dtype
         out.append(placeholder(a.shape, kind, name=f"arg{k}"))
     return out
-
-
-def inner_product(outputs: list[Tensor], heads: list[Tensor]) -> Tensor:
-    """``sum_k <H_k, y_k>`` as one 0-d compute: the loss whose gradient is the VJP of
-    several outputs at once."""
-    def term(y, h):
-        if not y.shape:
-            return y[()] * h[()]
-        axes = [reduce_axis(n, name=f"r{d}") for d, n in enumerate(y.shape)]
-        return tsum(y[tuple(axes)] * h[tuple(axes)], axis=axes)
-
-    def body():
-        total = term(outputs[0], heads[0])
-        for y, h in zip(outputs[1:], heads[1:], strict=True):
-            total = total + term(y, h)
-        return total
-
-    return compute((), body, name="inner")
 
 
 def trace(case: Case, arrays: list[np.ndarray], dtype: str | None = None,

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..check import FAIL, check_gradient
-from .agreement import Agreement, agree, inner_product, trace
+from ..differentiate import inner_product
+from .agreement import Agreement, agree, trace
 from .cases import CASES, Case
 from .structure import Structure, structure
 from .timing import Timing, time_case

@@ -9,6 +9,7 @@ family; ``tegrad.coverage.table`` holds a PyTorch-checked case for every functio
 
 import importlib
 
+from ..eager import eager_aware
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .convolution import *  # noqa: F403
@@ -29,3 +30,8 @@ _FAMILIES = tuple(importlib.import_module(f"{__name__}.{family}") for family in 
     "activation", "attention", "convolution", "dropout", "indexing", "linalg", "loss",
     "normalization", "pooling", "recurrent", "reduction", "resampling", "shape", "softmax"))
 __all__ = sorted({name for family in _FAMILIES for name in family.__all__})
+
+# every function also runs eagerly on tg.Variable arguments (one compiled template each)
+for _name in __all__:
+    globals()[_name] = eager_aware(globals()[_name])
+del _name

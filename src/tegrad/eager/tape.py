@@ -1,0 +1,234 @@
+"""``tg.GradientTape``: TensorFlow's tape over compiled tensor-expression templates.
+
+    with tg.GradientTape() as tape:
+        y = x ** 3 + x ** 2 + x + 5
+    dy = tape.gradient(y, x)
+
+While a tape is active, every operation (``dispatch.run``) is recorded on it when one
+of its inputs is *connected*: watched (``tape.watch``, or a trainable Variable accessed
+while ``watch_accessed_variables``), or an output of an operation already recorded.
+
+``gradient(target, sources, output_gradients=None)`` walks the records backwards. The
+adjoint of each operation is its generated VJP graph (``GraphFunction.vjp``, derived once
+per template), run *as an operation*: a tape around this one records it, so nested tapes
+give second and third derivatives, each order a generated graph of the previous one.
+A non-scalar target is summed (its head is ones), as TensorFlow does; several targets
+add up. ``output_gradients`` gives the heads instead. A source the targets do not reach
+gets ``None`` (``unconnected_gradients="zero"``: zeros). A non-persistent tape allows one
+``gradient`` call; ``persistent=True`` any number (and ``jacobian``).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..interop.graph import GraphFunction
+from .variable import Variable
+
+ACTIVE: list[GradientTape] = []
+
+
+@dataclass
+class Record:
+    graph: GraphFunction
+    inputs: list[Variable]
+    outputs: list[Variable]
+
+
+def record(graph: GraphFunction, inputs: list[Variable], outputs: list[Variable]) -> None:
+    for tape in ACTIVE:
+        tape._record(graph, inputs, outputs)
+
+
+def _flatten(value) -> tuple[list, object]:
+    """Variables of a source/target structure (a Variable, or a list/tuple/dict of them)."""
+    if isinstance(value, Variable):
+        return [value], None
+    if isinstance(value, dict):
+        keys = list(value)
+        return [value[k] for k in keys], ("dict", keys)
+    if isinstance(value, (list, tuple)):
+        return list(value), type(value)
+    raise TypeError(f"expected a tg.Variable or a list/tuple/dict of them, got "
+                    f"{type(value).__name__}")
+
+
+def _unflatten(items: list, form):
+    if form is None:
+        return items[0]
+    if isinstance(form, tuple) and form[0] == "dict":
+        return dict(zip(form[1], items, strict=True))
+    return form(items)
+
+
+class GradientTape:
+    """Records operations for reverse-mode differentiation (TensorFlow's contract)."""
+
+    def __init__(self, persistent: bool = False, watch_accessed_variables: bool = True):
+        self.persistent = persistent
+        self.watch_accessed_variables = watch_accessed_variables
+        self._records: list[Record] = []
+        self._connected: dict[int, Variable] = {}
+        self._watched: dict[int, Variable] = {}
+        self._recording = False
+        self._used = False
+
+    # -- context ----------------------------------------------------------------------
+    def __enter__(self) -> GradientTape:
+        self._recording = True
+        ACTIVE.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._recording = False
+        if self in ACTIVE:
+            ACTIVE.remove(self)
+
+    @contextmanager
+    def stop_recording(self):
+        """Operations inside are not recorded on this tape."""
+        if not self._recording:
+            raise ValueError("stop_recording: the tape is not recording")
+        ACTIVE.remove(self)
+        self._recording = False
+        try:
+            yield
+        finally:
+            self._recording = True
+            ACTIVE.append(self)
+
+    def reset(self) -> None:
+        """Forget everything recorded (the tape keeps recording if it was)."""
+        self._records.clear()
+        self._connected.clear()
+        self._watched.clear()
+
+    def watch(self, tensor) -> None:
+        """Record operations on ``tensor`` (a Variable or a structure of them)."""
+        for v in _flatten(tensor)[0]:
+            if not isinstance(v, Variable):
+                raise TypeError(f"watch: expected tg.Variable, got {type(v).__name__}")
+            self._watched[id(v)] = v
+            self._connected[id(v)] = v
+
+    def watched_variables(self) -> tuple[Variable, ...]:
+        return tuple(self._watched.values())
+
+    def _record(self, graph, inputs, outputs) -> None:
+        live = False
+        for v in inputs:
+            if id(v) in self._connected:
+                live = True
+            elif self.watch_accessed_variables and v.trainable and v.dtype.startswith("float"):
+                self.watch(v)
+                live = True
+        if not live:
+            return
+        self._records.append(Record(graph, inputs, outputs))
+        for k in graph.float_outputs:
+            self._connected[id(outputs[k])] = outputs[k]
+
+    # -- differentiation --------------------------------------------------------------
+    def gradient(self, target, sources, output_gradients=None,
+                 unconnected_gradients: str = "none"):
+        if unconnected_gradients not in ("none", "zero"):
+            raise ValueError(f"unconnected_gradients must be 'none' or 'zero', got "
+                             f"{unconnected_gradients!r}")
+        if self._used and not self.persistent:
+            raise RuntimeError("A non-persistent GradientTape can only be used to compute one "
+                               "set of gradients (or jacobians); use persistent=True")
+        self._used = True
+        targets, _ = _flatten(target)
+        source_list, form = _flatten(sources)
+        heads = self._heads(targets, output_gradients)
+        paused = self._recording
+        if paused:  # the backward pass itself is not recorded on this tape
+            ACTIVE.remove(self)
+        try:
+            adjoints = self._backward(targets, heads)
+        finally:
+            if paused:
+                ACTIVE.append(self)
+        out = []
+        for s in source_list:
+            g = adjoints.get(id(s))
+            if g is None and unconnected_gradients == "zero":
+                g = Variable(np.zeros(s.shape, s.dtype), trainable=False)
+            out.append(g)
+        return _unflatten(out, form)
+
+    def _heads(self, targets, output_gradients) -> list[Variable]:
+        if output_gradients is None:
+            return [Variable(np.ones(t.shape, t.dtype), trainable=False) for t in targets]
+        given, _ = _flatten(output_gradients)
+        if len(given) != len(targets):
+            raise ValueError(f"{len(given)} output_gradients for {len(targets)} targets")
+        out = []
+        for t, h in zip(targets, given, strict=True):
+            h = h if isinstance(h, Variable) else Variable(np.asarray(h, t.dtype), trainable=False)
+            if h.shape != t.shape:
+                raise ValueError(f"output_gradients: shape {h.shape} for a target of {t.shape}")
+            out.append(h)
+        return out
+
+    def _backward(self, targets, heads) -> dict[int, Variable]:
+        from .dispatch import run
+
+        adjoints: dict[int, Variable] = {}
+        for t, h in zip(targets, heads, strict=True):
+            if t.dtype.startswith("float"):
+                _accumulate(adjoints, t, h)
+        for rec in reversed(self._records):
+            floats = [rec.outputs[k] for k in rec.graph.float_outputs]
+            if not any(id(y) in adjoints for y in floats):
+                continue
+            wrt = tuple(k for k in rec.graph.float_inputs if id(rec.inputs[k]) in self._connected)
+            if not wrt:
+                continue
+            heads_in = [adjoints[id(y)] if id(y) in adjoints else _zeros_like(y) for y in floats]
+            grads = run(rec.graph.vjp(wrt), [*rec.inputs, *heads_in])
+            for k, g in zip(wrt, grads, strict=True):
+                _accumulate(adjoints, rec.inputs[k], g)
+        return adjoints
+
+    def jacobian(self, target: Variable, sources, unconnected_gradients: str = "none"):
+        """``d target / d source`` of shape ``target.shape + source.shape``, one gradient
+        per element of the target (rows stacked)."""
+        if self._used and not self.persistent:
+            raise RuntimeError("jacobian needs a persistent tape (or a fresh one)")
+        source_list, form = _flatten(sources)
+        rows: list[list[np.ndarray]] = [[] for _ in source_list]
+        persistent, self.persistent = self.persistent, True
+        try:
+            for flat in range(max(1, target.size)):
+                head = np.zeros(target.size, target.dtype)
+                head[flat] = 1
+                head = Variable(head.reshape(target.shape), trainable=False)
+                grads = self.gradient(target, list(source_list), head,
+                                      unconnected_gradients=unconnected_gradients)
+                for k, g in enumerate(grads):
+                    rows[k].append(None if g is None else g.numpy())
+        finally:
+            self.persistent = persistent
+        out = []
+        for s, r in zip(source_list, rows, strict=True):
+            if any(g is None for g in r):
+                out.append(None)
+            else:
+                out.append(Variable(np.stack(r).reshape(target.shape + s.shape), trainable=False))
+        return _unflatten(out, form)
+
+
+def _zeros_like(v: Variable) -> Variable:
+    return Variable(np.zeros(v.shape, v.dtype), trainable=False)
+
+
+def _accumulate(adjoints: dict[int, Variable], v: Variable, g: Variable) -> None:
+    previous = adjoints.get(id(v))
+    adjoints[id(v)] = g if previous is None else previous + g
+
+
+__all__ = ["GradientTape"]

@@ -1,0 +1,279 @@
+"""``tg.Variable``: an eager array whose every operation is a compiled tensor expression.
+
+A Variable holds a NumPy array (``value``) or, while a function is traced as a whole
+(``tg.jit``, ``tg.jvp``), a tensor (``tensor``): the same user code then builds one
+graph instead of running op by op. Operators follow NumPy (broadcasting, ``@``,
+comparisons giving bool Variables, indexing with ints, slices, ``None``, ``...``);
+methods ``sum/mean/max/min`` take NumPy's ``axis``/``keepdims``.
+
+dtypes: Python floats (and lists of them) become float32, as in TensorFlow; a NumPy
+array keeps its dtype (float64 stays float64); Python ints become int64. A Python
+number mixed with a Variable takes the Variable's dtype, and is passed as a 0-d input,
+so ``x * lr`` is one compiled kernel whatever ``lr`` is.
+
+``trainable`` Variables (those a user creates) are watched automatically by a tape
+that accesses them; the results of operations are not trainable (TensorFlow's
+Variable/Tensor distinction).
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+
+import numpy as np
+
+_NAMES = itertools.count()
+
+
+def _as_array(value, dtype=None) -> np.ndarray:
+    if isinstance(value, Variable):
+        value = value.numpy()
+    if dtype is not None:
+        return np.asarray(value, dtype=dtype)
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+    else:
+        array = np.asarray(value)
+        if array.dtype == np.float64:  # Python floats: float32, as TensorFlow does
+            array = array.astype(np.float32)
+    if array.dtype.kind == "i" and array.dtype != np.int64:
+        array = array.astype(np.int64)
+    if array.dtype.kind == "f" and array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float32)
+    if array.dtype.kind not in "fib":
+        raise TypeError(f"tg.Variable holds float, int or bool arrays, got {array.dtype}")
+    return array
+
+
+class Variable:
+    """An eager array (see the module docstring)."""
+
+    __array_priority__ = 100  # ``ndarray + Variable`` calls Variable.__radd__
+
+    def __init__(self, value, dtype=None, trainable: bool = True, name: str | None = None):
+        self.value = _as_array(value, dtype)
+        self.tensor = None  # set while tracing a whole function
+        self.trainable = trainable
+        self.name = name or f"Variable:{next(_NAMES)}"
+
+    @classmethod
+    def _result(cls, value=None, tensor=None) -> Variable:
+        """An operation's output (not trainable): an array, or a tensor while tracing."""
+        v = cls.__new__(cls)
+        v.value = value
+        v.tensor = tensor
+        v.trainable = False
+        v.name = f"Variable:{next(_NAMES)}"
+        return v
+
+    # -- NumPy interop --------------------------------------------------------------------
+    @property
+    def symbolic(self) -> bool:
+        return self.tensor is not None
+
+    def _concrete(self, what: str) -> np.ndarray:
+        if self.tensor is not None:
+            raise TypeError(f"{what} of a traced Variable: inside tg.jit / tg.jvp values are "
+                            "not known until the whole function runs")
+        return self.value
+
+    def numpy(self) -> np.ndarray:
+        return self._concrete("numpy()")
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._concrete("np.asarray")
+        return value if dtype is None else value.astype(dtype)
+
+    def __float__(self) -> float:
+        return float(self._concrete("float()"))
+
+    def __int__(self) -> int:
+        return int(self._concrete("int()"))
+
+    def __bool__(self) -> bool:
+        return bool(self._concrete("bool()"))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d Variable")
+        return self.shape[0]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.tensor.shape) if self.tensor is not None else self.value.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.tensor.dtype if self.tensor is not None else str(self.value.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        if self.tensor is not None:
+            return f"<tg.Variable {self.name} traced {self.shape} {self.dtype}>"
+        return f"<tg.Variable {self.name} shape={self.shape} dtype={self.dtype}\n{self.value}>"
+
+    # -- in-place updates (optimizers; outside any tape) ----------------------------------
+    def assign(self, value) -> Variable:
+        new = _as_array(value, self.value.dtype)
+        if new.shape != self.value.shape:
+            raise ValueError(f"assign: {self.name} has shape {self.value.shape}, got {new.shape}")
+        self.value = new
+        return self
+
+    def assign_add(self, delta) -> Variable:
+        return self.assign(self.value + _as_array(delta, self.value.dtype))
+
+    def assign_sub(self, delta) -> Variable:
+        return self.assign(self.value - _as_array(delta, self.value.dtype))
+
+    # -- operators ------------------------------------------------------------------------
+    def _binary(self, op, other, reverse=False):
+        from .dispatch import apply
+
+        other = operand(other, self)
+        a, b = (other, self) if reverse else (self, other)
+        return apply(ELEMENTWISE[op], a, b)
+
+    def __add__(self, o):
+        return self._binary("add", o)
+
+    def __radd__(self, o):
+        return self._binary("add", o, True)
+
+    def __sub__(self, o):
+        return self._binary("sub", o)
+
+    def __rsub__(self, o):
+        return self._binary("sub", o, True)
+
+    def __mul__(self, o):
+        return self._binary("mul", o)
+
+    def __rmul__(self, o):
+        return self._binary("mul", o, True)
+
+    def __truediv__(self, o):
+        return self._binary("div", o)
+
+    def __rtruediv__(self, o):
+        return self._binary("div", o, True)
+
+    def __pow__(self, o):
+        return self._binary("pow", o)
+
+    def __rpow__(self, o):
+        return self._binary("pow", o, True)
+
+    def __lt__(self, o):
+        return self._binary("lt", o)
+
+    def __le__(self, o):
+        return self._binary("le", o)
+
+    def __gt__(self, o):
+        return self._binary("lt", o, True)
+
+    def __ge__(self, o):
+        return self._binary("le", o, True)
+
+    def __eq__(self, o):  # NumPy's elementwise ==, so Variables are not hashable by value
+        return self._binary("eq", o)
+
+    def __ne__(self, o):
+        return self._binary("ne", o)
+
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        from .dispatch import apply
+        return apply(operator.neg, self)
+
+    def __pos__(self):
+        return self
+
+    def __matmul__(self, o):
+        from .. import nn
+        return nn.matmul(self, operand(o, self))
+
+    def __rmatmul__(self, o):
+        from .. import nn
+        return nn.matmul(operand(o, self), self)
+
+    def __getitem__(self, key):
+        from .dispatch import apply
+        from .indexing import canonical_key, getitem
+        key, arrays = canonical_key(key, self.shape)
+        return apply(getitem, self, *arrays, key=key)
+
+    # -- NumPy-style methods --------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False):
+        from .. import nn
+        return nn.sum(self, dim=_dims(axis), keepdim=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        from .. import nn
+        return nn.mean(self, dim=_dims(axis), keepdim=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        from .. import nn
+        return nn.amax(self, dim=_dims(axis) if axis is not None else (), keepdim=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        from .. import nn
+        return nn.amin(self, dim=_dims(axis) if axis is not None else (), keepdim=keepdims)
+
+    def reshape(self, *shape):
+        from .. import nn
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
+        return nn.reshape(self, tuple(shape))
+
+    def transpose(self, *axes):
+        from .. import nn
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], tuple | list) else axes
+        return nn.permute(self, tuple(axes) if axes else tuple(reversed(range(self.ndim))))
+
+    @property
+    def T(self):  # noqa: N802  (NumPy's name)
+        return self.transpose()
+
+    def astype(self, dtype):
+        from .dispatch import apply
+        from .indexing import astype
+        return apply(astype, self, dtype=str(np.dtype(dtype)))
+
+
+def _dims(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def operand(value, like: Variable) -> Variable:
+    """A Variable for the other side of an operator: Python numbers and arrays take
+    ``like``'s dtype where they are float-compatible (0-d inputs, one kernel for any
+    value)."""
+    if isinstance(value, Variable):
+        return value
+    array = np.asarray(value)
+    if array.dtype.kind in "fiub" and like.dtype.startswith("float") and array.dtype.kind != "b":
+        if not isinstance(value, np.ndarray) or array.dtype.kind != "f":
+            array = array.astype(like.dtype)
+    return Variable(array, trainable=False)
+
+
+def _elementwise(op):
+    def fn(a, b):
+        from ..ir.broadcast import elementwise
+        return elementwise(op, a, b)
+    fn.__name__ = f"elementwise_{op}"
+    return fn
+
+
+ELEMENTWISE = {op: _elementwise(op) for op in
+               ("add", "sub", "mul", "div", "pow", "lt", "le", "eq", "ne")}
