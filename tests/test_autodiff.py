@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import tegrad as tg
-from test_gather_form import equations
+from tegrad.coverage.structure import equations
 
 RNG = np.random.default_rng(7)
 

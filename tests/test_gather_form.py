@@ -13,9 +13,8 @@ import pytest
 
 import tegrad as tg
 from optable import SPEC_BY_NAME, SPECS
-from tegrad.ir.expr import Reduce, split_conjunction
-from tegrad.ir.tensor import Compute
-from tegrad.ir.traverse import topo_tensors, walk
+from tegrad.coverage.structure import backward_computes, equations
+from tegrad.ir.traverse import topo_tensors
 
 GATHER_SPECS = [s for s in SPECS if s.gather_form]
 SCATTER_SPECS = [s for s in SPECS if not s.gather_form]
@@ -26,21 +25,6 @@ def backward(spec):
     head = tg.placeholder(out.shape, out.dtype, name="H")
     grads = tg.gradient(out, [ins[i] for i in spec.diff], head)
     return ins, out, head, grads
-
-
-def equations(t: Compute) -> list:
-    found = []
-    for node in walk(t.body):
-        if isinstance(node, Reduce) and node.where is not None:
-            for c in split_conjunction(node.where):
-                if getattr(c, "op", None) == "eq" and c.a.dtype.startswith("int"):
-                    found.append(c)
-    return found
-
-
-def backward_computes(out, grads) -> list[Compute]:
-    forward = set(topo_tensors([out]))
-    return [t for t in topo_tensors(grads) if isinstance(t, Compute) and t not in forward]
 
 
 @pytest.mark.parametrize("spec", GATHER_SPECS, ids=lambda s: s.name)
