@@ -8,7 +8,7 @@
     dA, dB = tg.gradient(C, [A, B], head=tg.placeholder(C.shape, name="dC"))
 """
 
-from . import models, nn
+from . import models, nn, optim
 from .backends import build, evaluate
 from .check import GradCheckReport, check_gradient, check_vjp
 from .differentiate import gradient
@@ -139,6 +139,7 @@ __all__ = [
     "minimum",
     "models",
     "nn",
+    "optim",
     "not_equal",
     "placeholder",
     "power",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from .variable import Variable
 
 
@@ -19,6 +21,15 @@ def _holds_variable(value) -> bool:
     return False
 
 
+def _as_operand(value):
+    """NumPy arrays beside Variables become (non-trainable) Variables too."""
+    if isinstance(value, np.ndarray):
+        return Variable(value, trainable=False)
+    if isinstance(value, (list, tuple)) and any(isinstance(v, np.ndarray) for v in value):
+        return type(value)(_as_operand(v) for v in value)
+    return value
+
+
 def eager_aware(fn):
     """``fn`` unchanged on tensors; on Variables, one eager operation (``dispatch.apply``)."""
     @functools.wraps(fn)
@@ -26,6 +37,8 @@ def eager_aware(fn):
         if any(_holds_variable(a) for a in args) or any(
                 _holds_variable(v) for v in kwargs.values()):
             from .dispatch import apply
+            args = tuple(_as_operand(a) for a in args)
+            kwargs = {k: _as_operand(v) for k, v in kwargs.items()}
             return apply(fn, *args, **kwargs)
         return fn(*args, **kwargs)
     wrapper.tensor_function = fn

@@ -118,13 +118,13 @@ def jvp(fn: Callable, primals: Sequence, tangents: Sequence):
         if x.shape != t.shape:
             raise ValueError(f"tangent of shape {t.shape} for a primal of shape {x.shape}")
     traced = _Traced(fn, xs, {})
-    forward = traced.graph.jvp()
-    # the jvp graph takes tangents for every float input: zero for captured ones
-    zeros = [np.zeros(v.shape, v.dtype) for v in traced.captured if v.dtype.startswith("float")]
-    float_ts = [np.asarray(t.numpy(), x.dtype) for x, t in zip(xs, ts, strict=True)
-                if x.dtype.startswith("float")]
+    # tangents for the float primals only: captured constants are held, not perturbed
+    # (a zero tangent times an undefined partial, 0 * log(-2) of x ** c, would be nan)
+    wrt = tuple(k for k, x in enumerate(xs) if x.dtype.startswith("float"))
+    forward = traced.graph.jvp(wrt)
+    float_ts = [np.asarray(ts[k].numpy(), xs[k].dtype) for k in wrt]
     values = traced.graph(*(v.numpy() for v in [*xs, *traced.captured]))
-    dots = forward(*(v.numpy() for v in [*xs, *traced.captured]), *float_ts, *zeros)
+    dots = forward(*(v.numpy() for v in [*xs, *traced.captured]), *float_ts)
     out = [Variable._result(np.asarray(v)) for v in values]
     out_dot = [Variable._result(np.asarray(v)) for v in dots]
     if traced.single:

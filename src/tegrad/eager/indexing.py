@@ -44,7 +44,12 @@ def canonical_key(key, shape: tuple[int, ...]) -> tuple[tuple, list]:
             entries.append(("i", int(k) % n))
             axis += 1
         elif isinstance(k, (list, np.ndarray, Variable)):
-            index = k if isinstance(k, Variable) else Variable(np.asarray(k), trainable=False)
+            if isinstance(k, Variable):
+                index = k
+            else:  # a concrete array: negative entries count from the end, as in NumPy
+                raw = np.asarray(k)
+                raw = np.where(raw < 0, raw + shape[axis], raw) if raw.dtype.kind == "i" else raw
+                index = Variable(raw, trainable=False)
             if not index.dtype.startswith("int"):
                 raise IndexError(f"index arrays must be integers, got {index.dtype} (boolean "
                                  "masks are not supported: use tg.nn.where)")
@@ -58,21 +63,29 @@ def canonical_key(key, shape: tuple[int, ...]) -> tuple[tuple, list]:
     while axis < len(shape):
         entries.append(("s", 0, 1, shape[axis]))
         axis += 1
+    advanced = [k for k, e in enumerate(entries) if e[0] in ("a", "i")]
+    if arrays and advanced != list(range(advanced[0], advanced[-1] + 1)):
+        # NumPy: advanced indices (the array and ints) separated by a slice put the
+        # array's dimensions first
+        entries.insert(0, ("front",))
     return tuple(entries), arrays
 
 
 def getitem(x: Tensor, *index: Tensor, key: tuple) -> Tensor:
-    out_shape: list[int] = []
+    front = bool(key) and key[0] == ("front",)
+    if front:
+        key = key[1:]
+    out_shape: list[int] = list(index[0].shape) if front else []
     for e in key:
         if e[0] == "s":
             out_shape.append(e[3])
         elif e[0] == "n":
             out_shape.append(1)
-        elif e[0] == "a":
+        elif e[0] == "a" and not front:
             out_shape.extend(index[e[1]].shape)
 
     def body(*o):
-        at, pos = [], 0
+        at, pos = [], index[0].ndim if front else 0
         for e in key:
             if e[0] == "s":
                 at.append(e[1] + e[2] * o[pos])
@@ -81,6 +94,8 @@ def getitem(x: Tensor, *index: Tensor, key: tuple) -> Tensor:
                 pos += 1
             elif e[0] == "i":
                 at.append(e[1])
+            elif front:
+                at.append(index[e[1]][tuple(o[:index[e[1]].ndim])])
             else:
                 ix = index[e[1]]
                 at.append(ix[tuple(o[pos:pos + ix.ndim])])

@@ -36,6 +36,13 @@ class Record:
     graph: GraphFunction
     inputs: list[Variable]
     outputs: list[Variable]
+    values: list  # the inputs' arrays when the operation ran (``assign`` replaces them)
+
+    def inputs_as_recorded(self) -> list[Variable]:
+        """The inputs for the backward: the Variable itself while it still holds the
+        array the operation read (so an outer tape connects it), else that array."""
+        return [v if v.value is a else Variable(a, trainable=False)
+                for v, a in zip(self.inputs, self.values, strict=True)]
 
 
 def record(graph: GraphFunction, inputs: list[Variable], outputs: list[Variable]) -> None:
@@ -44,16 +51,23 @@ def record(graph: GraphFunction, inputs: list[Variable], outputs: list[Variable]
 
 
 def _flatten(value) -> tuple[list, object]:
-    """Variables of a source/target structure (a Variable, or a list/tuple/dict of them)."""
+    """Variables of a source/target structure (a Variable, or a flat list/tuple/dict of
+    them); nested structures are refused rather than answered with None."""
     if isinstance(value, Variable):
         return [value], None
     if isinstance(value, dict):
         keys = list(value)
-        return [value[k] for k in keys], ("dict", keys)
-    if isinstance(value, (list, tuple)):
-        return list(value), type(value)
-    raise TypeError(f"expected a tg.Variable or a list/tuple/dict of them, got "
-                    f"{type(value).__name__}")
+        items, form = [value[k] for k in keys], ("dict", keys)
+    elif isinstance(value, (list, tuple)):
+        items, form = list(value), type(value)
+    else:
+        raise TypeError(f"expected a tg.Variable or a list/tuple/dict of them, got "
+                        f"{type(value).__name__}")
+    for item in items:
+        if isinstance(item, (list, tuple, dict)):
+            raise TypeError("nested structures of Variables are not supported: pass a flat "
+                            "list, tuple or dict")
+    return items, form
 
 
 def _unflatten(items: list, form):
@@ -127,7 +141,7 @@ class GradientTape:
                 live = True
         if not live:
             return
-        self._records.append(Record(graph, inputs, outputs))
+        self._records.append(Record(graph, inputs, outputs, [v.value for v in inputs]))
         for k in graph.float_outputs:
             self._connected[id(outputs[k])] = outputs[k]
 
@@ -163,7 +177,10 @@ class GradientTape:
     def _heads(self, targets, output_gradients) -> list[Variable]:
         if output_gradients is None:
             return [Variable(np.ones(t.shape, t.dtype), trainable=False) for t in targets]
-        given, _ = _flatten(output_gradients)
+        if isinstance(output_gradients, (np.ndarray, np.generic, float, int)):
+            output_gradients = [output_gradients]
+        given = (list(output_gradients) if isinstance(output_gradients, (list, tuple))
+                 else _flatten(output_gradients)[0])
         if len(given) != len(targets):
             raise ValueError(f"{len(given)} output_gradients for {len(targets)} targets")
         out = []
@@ -189,7 +206,7 @@ class GradientTape:
             if not wrt:
                 continue
             heads_in = [adjoints[id(y)] if id(y) in adjoints else _zeros_like(y) for y in floats]
-            grads = run(rec.graph.vjp(wrt), [*rec.inputs, *heads_in])
+            grads = run(rec.graph.vjp(wrt), [*rec.inputs_as_recorded(), *heads_in])
             for k, g in zip(wrt, grads, strict=True):
                 _accumulate(adjoints, rec.inputs[k], g)
         return adjoints

@@ -53,6 +53,7 @@ class Variable:
 
     def __init__(self, value, dtype=None, trainable: bool = True, name: str | None = None):
         self.value = _as_array(value, dtype)
+        self._dtype = str(self.value.dtype)  # np.dtype's str() is slow: once per Variable
         self.tensor = None  # set while tracing a whole function
         self.trainable = trainable
         self.name = name or f"Variable:{next(_NAMES)}"
@@ -62,6 +63,7 @@ class Variable:
         """An operation's output (not trainable): an array, or a tensor while tracing."""
         v = cls.__new__(cls)
         v.value = value
+        v._dtype = tensor.dtype if tensor is not None else str(value.dtype)
         v.tensor = tensor
         v.trainable = False
         v.name = f"Variable:{next(_NAMES)}"
@@ -105,7 +107,7 @@ class Variable:
 
     @property
     def dtype(self) -> str:
-        return self.tensor.dtype if self.tensor is not None else str(self.value.dtype)
+        return self._dtype
 
     @property
     def ndim(self) -> int:
@@ -140,6 +142,8 @@ class Variable:
 
         other = operand(other, self)
         a, b = (other, self) if reverse else (self, other)
+        if op == "div" and not a.dtype.startswith("float") and not b.dtype.startswith("float"):
+            a, b = a.astype("float64"), b.astype("float64")  # NumPy: int / int is float64
         return apply(ELEMENTWISE[op], a, b)
 
     def __add__(self, o):

@@ -61,7 +61,7 @@ class GraphFunction:
         self.float_outputs = tuple(k for k, y in enumerate(self.outputs) if dt.is_float(y.dtype))
         self._program: Callable | None = None
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
-        self._jvp: GraphFunction | None = None
+        self._jvps: dict[tuple[int, ...], GraphFunction] = {}
         self._lock = threading.Lock()
         self.extras: dict = {}  # per-graph objects of the bridges (a JAX function, ...)
 
@@ -102,13 +102,17 @@ class GraphFunction:
                     found = self._vjps[key] = self._make_vjp(key)
         return found
 
-    def jvp(self) -> GraphFunction:
-        """``(inputs..., tangents of the float inputs) -> tangents of the float outputs``."""
-        if self._jvp is None:
+    def jvp(self, wrt: Sequence[int] | None = None) -> GraphFunction:
+        """``(inputs..., tangents of inputs[wrt]) -> tangents of the float outputs``;
+        ``None`` means every float input (the others are held constant)."""
+        key = self.float_inputs if wrt is None else tuple(wrt)
+        found = self._jvps.get(key)
+        if found is None:
             with self._lock:
-                if self._jvp is None:
-                    self._jvp = self._make_jvp()
-        return self._jvp
+                found = self._jvps.get(key)
+                if found is None:
+                    found = self._jvps[key] = self._make_jvp(key)
+        return found
 
     def _make_vjp(self, wrt: tuple[int, ...]) -> GraphFunction:
         for k in wrt:
@@ -129,8 +133,11 @@ class GraphFunction:
         STATS.derivations += 1
         return GraphFunction([*self.inputs, *heads], grads, name=f"{self.name}.vjp")
 
-    def _make_jvp(self) -> GraphFunction:
-        xs = [self.inputs[k] for k in self.float_inputs]
+    def _make_jvp(self, wrt: tuple[int, ...]) -> GraphFunction:
+        for k in wrt:
+            if not 0 <= k < len(self.inputs) or k not in self.float_inputs:
+                raise ValueError(f"{self.name}: no tangent for input {k} (not a float input)")
+        xs = [self.inputs[k] for k in wrt]
         tangents = [placeholder(x.shape, x.dtype, name=f"{x.name}_dot") for x in xs]
         outs = []
         for k in self.float_outputs:

@@ -34,4 +34,4 @@ __all__ = sorted({name for family in _FAMILIES for name in family.__all__})
 # every function also runs eagerly on tg.Variable arguments (one compiled template each)
 for _name in __all__:
     globals()[_name] = eager_aware(globals()[_name])
-del _name
+del _name, eager_aware, importlib
