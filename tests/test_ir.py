@@ -167,3 +167,10 @@ def test_argmax_and_custom_reducer_forward():
     a, p = tg.build([x], [am, pr])(xv)
     np.testing.assert_array_equal(a, xv.argmax(1))
     np.testing.assert_allclose(p, xv.prod(1))
+
+
+def test_a_tensor_is_not_iterable():
+    # iteration would call T[0], T[1], ... without end: every integer is a symbolic read
+    t = tg.placeholder((3,), name="T")
+    with pytest.raises(TypeError, match="not iterable"):
+        list(t)

@@ -31,6 +31,11 @@ class Tensor(metaclass=Interned):
             n *= s
         return n
 
+    def __iter__(self):
+        # without this, Python would iterate by calling T[0], T[1], ... forever (every
+        # integer is a valid symbolic read), e.g. topo_tensors(T) instead of ([T])
+        raise TypeError(f"tensor {self.name} is not iterable: read it as {self.name}[i, ...]")
+
     def __getitem__(self, indices) -> Expr:
         if not isinstance(indices, tuple):
             indices = (indices,)
