@@ -663,7 +663,10 @@ def test_optable_forward_and_backward_built_by_tvm_match_torch(spec):
     y = spec.torch_fn(*ts)
     wrt = [ts[k] for k in spec.diff]
     expected = torch.autograd.grad(y, wrt, torch.from_numpy(h), allow_unused=True)
-    np.testing.assert_allclose(got[0], y.detach().numpy(), rtol=1e-9, atol=1e-9)
+    def close(a, b):  # float32 results (a float32 input's gradient) to one rounding
+        tol = 1e-9 if np.asarray(a).dtype == np.float64 else 2e-6
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+    close(got[0], y.detach().numpy())
     for g, e, w in zip(got[1:], expected, wrt, strict=True):
-        e = torch.zeros_like(w) if e is None else e
-        np.testing.assert_allclose(g, e.numpy(), rtol=1e-9, atol=1e-9)
+        close(g, (torch.zeros_like(w) if e is None else e).numpy())
