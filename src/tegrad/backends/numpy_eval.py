@@ -239,11 +239,13 @@ class Evaluator:
             slices.append(slice(lo, lo + size))
             positions.append(position)
         view = array[tuple(slices)]
-        order = np.argsort(positions)
-        view = np.transpose(view, order)
         kept = sorted(positions)
+        if positions != kept:  # plain Python on these few axes: NumPy calls cost more here
+            view = view.transpose(sorted(range(len(positions)), key=positions.__getitem__))
+        if len(kept) == depth:
+            return view
         missing = [a for a in range(depth) if a not in kept]
-        return np.expand_dims(view, missing) if missing else view
+        return np.expand_dims(view, missing)
 
     def check_gather(self, e: Read, axis: int, values, dim: int, depth: int, conds: tuple):
         bad = (values < 0) | (values >= dim)

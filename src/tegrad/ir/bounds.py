@@ -87,10 +87,16 @@ def form_interval(coeffs: dict, k: int) -> Interval:
 
 
 def is_pure_index(e: Expr) -> bool:
-    """True when ``e`` depends only on variables (no reads, no reductions, no floats)."""
+    """True when ``e`` depends only on variables (no reads, no reductions, no floats).
+    Memoised on the node: executors ask it on every run."""
+    from .expr import node_memo
     from .traverse import walk
 
-    return all(not isinstance(x, (Read, Reduce)) for x in walk(e))
+    memo = node_memo(e)
+    found = memo.get("pure_index")
+    if found is None:
+        found = memo["pure_index"] = all(not isinstance(x, (Read, Reduce)) for x in walk(e))
+    return found
 
 
 def grid_env(variables: list[Var]) -> dict[Var, np.ndarray]:
