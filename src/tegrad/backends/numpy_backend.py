@@ -13,15 +13,44 @@ class NumpyProgram:
     def __init__(self, plan: Plan, inputs):
         self.plan = plan
         self.inputs = inputs
+        self.dead_after = _dead_after(plan)
 
     def run(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
-        for kernel in self.plan.kernels:
+        for k, kernel in enumerate(self.plan.kernels):
             if kernel.kind == "scan":
                 arrays.update(run_scan(kernel.detail, arrays))
             else:
                 arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute)
+            for t in self.dead_after[k]:  # intermediates no later kernel reads
+                del arrays[t]
         return [arrays[t] for t in self.plan.outputs]
+
+
+def _dead_after(plan: Plan) -> list[list]:
+    """Per kernel, the computed tensors whose last reader it is (outputs are kept): the
+    peak memory of a program is then what is live at once, not everything it made."""
+    from ..ir.traverse import tensors_read
+
+    made, last = set(), {}
+    for k, kernel in enumerate(plan.kernels):
+        if kernel.kind == "scan":
+            op = kernel.detail.op
+            reads = [*op.inits, *op.external]
+            made.update(op.outputs)
+        else:
+            bodies = [getattr(kernel.detail, "body_of", kernel.tensor)]
+            bodies += list(getattr(kernel.detail, "parts", ()))
+            reads = [t for b in bodies for t in tensors_read(b.body)]
+            made.add(kernel.tensor)
+        for t in reads:
+            last[t] = k
+    keep = set(plan.outputs)
+    dead: list[list] = [[] for _ in plan.kernels]
+    for t, k in last.items():
+        if t in made and t not in keep:
+            dead[k].append(t)
+    return dead
 
 
 def run_scan(kernel, arrays: dict) -> dict:
