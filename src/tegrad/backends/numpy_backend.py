@@ -39,9 +39,8 @@ def _dead_after(plan: Plan) -> list[list]:
             reads = [*op.inits, *op.external]
             made.update(op.outputs)
         else:
-            bodies = [getattr(kernel.detail, "body_of", kernel.tensor)]
-            bodies += list(getattr(kernel.detail, "parts", ()))
-            reads = [t for b in bodies for t in tensors_read(b.body)]
+            body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
+            reads = tensors_read(body_of.body)
             made.add(kernel.tensor)
         for t in reads:
             last[t] = k
