@@ -52,29 +52,6 @@ import tegrad as tg  # noqa: E402
 from tegrad.eager.dispatch import is_variable  # noqa: E402
 from tegrad.interop.graph import cache_info, split_leaves, trace  # noqa: E402
 
-_LIMITS = []  # keeps threadpoolctl's limiter alive
-
-
-def set_threads(threads: int | None) -> tuple[int, str]:
-    """Torch's and NumPy's BLAS thread counts: ``threads``, or torch's default for both."""
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    threads = torch.get_num_threads()
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits
-    except ImportError:
-        env = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
-        return threads, f"numpy BLAS: OPENBLAS_NUM_THREADS={env} (no threadpoolctl)"
-    _LIMITS.append(threadpool_limits(limits=threads, user_api="blas"))
-    blas = [f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info()
-            if i["user_api"] == "blas"]
-    return threads, f"numpy BLAS (threadpoolctl): {', '.join(blas) or 'none found'}"
-
-
-# timing --------------------------------------------------------------------------------
-
 
 def batch_size(fn, seconds: float = 2e-3) -> int:
     """Calls per timed batch so that a batch lasts about ``seconds``."""
@@ -271,14 +248,14 @@ def main(argv=None) -> int:
                         help="threads for torch and NumPy's BLAS (default 1: see above)")
     parser.add_argument("--markdown", action="store_true", help="print GitHub tables")
     args = parser.parse_args(argv)
-    threads, blas_line = set_threads(args.threads)
+    threads, blas_line = bench_shared.set_threads(args.threads)
     import torch
 
     rounds = args.repeat or (7 if args.quick else 41)
     train_rounds = args.repeat or (7 if args.quick else 21)
     rng = np.random.default_rng(0)
 
-    with OtherLoad() as other:
+    with bench_shared.OtherLoad() as other:
         dispatch = run_dispatch(rounds, rng)
         breakdown = add_breakdown(rounds, rng)
         train_times, checks, train_rate, ops_per_step = run_training(train_rounds, rng)
@@ -323,39 +300,6 @@ def main(argv=None) -> int:
         print(f"check {name} against torch: |loss diff| {dloss:.1e}, max |grad diff| "
               f"{dgrad:.1e}")
     return 0
-
-
-class OtherLoad:
-    """``cores``: how many cores other processes kept busy on average during the block
-    (Linux ``/proc/stat``, less this process's own CPU time), else None."""
-
-    def __enter__(self):
-        self.start = (_busy(), _own(), time.perf_counter())
-        return self
-
-    def __exit__(self, *exc):
-        busy0, own0, wall0 = self.start
-        busy = _busy()
-        self.wall = time.perf_counter() - wall0
-        self.cores = None
-        if busy is not None and busy0 is not None:
-            self.cores = max((busy - busy0) - (_own() - own0), 0.0) / self.wall
-        return False
-
-
-def _busy() -> float | None:
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def _own() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 if __name__ == "__main__":

@@ -46,29 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 import tegrad as tg  # noqa: E402
 
 NAMES = ("x", "h0", "c0", "weight_ih", "weight_hh", "bias_ih", "bias_hh")
-_LIMITS = []  # keeps threadpoolctl's limiter alive
 
-
-def set_threads(threads: int | None) -> tuple[int, str]:
-    """Torch's and NumPy's BLAS thread counts: ``threads``, or torch's default for both.
-    Returns the count and how NumPy's BLAS was set."""
-    import torch
-
-    if threads:
-        torch.set_num_threads(threads)
-    threads = torch.get_num_threads()
-    try:
-        from threadpoolctl import threadpool_info, threadpool_limits
-    except ImportError:
-        env = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
-        return threads, f"numpy BLAS: OPENBLAS_NUM_THREADS={env} (no threadpoolctl)"
-    _LIMITS.append(threadpool_limits(limits=threads, user_api="blas"))
-    blas = [f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info()
-            if i["user_api"] == "blas"]
-    return threads, f"numpy BLAS (threadpoolctl): {', '.join(blas) or 'none found'}"
-
-
-# the two sides ---------------------------------------------------------------------------
 
 
 def tegrad_graph(seq, batch, inp, hidden):
@@ -208,40 +186,6 @@ def materialized_bytes(f) -> int:
 # timing and output ---------------------------------------------------------------------
 
 
-def _busy_cpu_seconds() -> float | None:
-    """CPU seconds all processes have been busy (Linux ``/proc/stat``), else None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-class OtherLoad:
-    """CPU time that other processes used while the block ran: busy CPU time of the
-    machine less this process's own (all its threads)."""
-
-    def __enter__(self):
-        self.busy, self.own, self.wall = _busy_cpu_seconds(), _own_cpu(), time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        busy = _busy_cpu_seconds()
-        self.wall = time.perf_counter() - self.wall
-        self.cores = None
-        if busy is not None and self.busy is not None:
-            other = (busy - self.busy) - (_own_cpu() - self.own)
-            self.cores = max(other, 0.0) / self.wall
-        return False
-
-
-def _own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 def median_ms(fns, repeat: int, pause: float = 0.2) -> list[float]:
     """Median milliseconds of each callable: one warm-up each, then ``repeat`` rounds in
     which each takes one turn, with ``pause`` seconds before each turn."""
@@ -272,7 +216,7 @@ def main(argv=None) -> int:
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.memory_child:
-        set_threads(args.threads)
+        bench_shared.set_threads(args.threads)
         print(json.dumps(memory_child(args.memory_child, args.seq, args.batch, args.input,
                                       args.hidden)))
         return 0
@@ -280,7 +224,7 @@ def main(argv=None) -> int:
     # a child at fork and keeps it across exec, so a child spawned from a large parent
     # would start with the parent's ru_maxrss and show no rise
     mem = {side: run_memory_child(side, args) for side in ("tegrad", "torch")}
-    args.threads_used, blas_line = set_threads(args.threads)
+    args.threads_used, blas_line = bench_shared.set_threads(args.threads)
     import torch
 
     repeat = args.repeat or (2 if args.quick else 5)
@@ -308,7 +252,7 @@ def main(argv=None) -> int:
     fwd_diff = float(np.abs(fwd_out - want[0]).max())
 
     # timing
-    with OtherLoad() as other:
+    with bench_shared.OtherLoad() as other:
         t_tg_f, t_tg_fb, t_th_f, t_th_fb = median_ms(
             [lambda: fwd(*arrays), lambda: fb(*arrays, h), ref.forward, ref.forward_backward],
             repeat)

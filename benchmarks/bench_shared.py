@@ -9,6 +9,7 @@ imported) and printing a table (Markdown, rich, or plain text).
 from __future__ import annotations
 
 import os
+import time
 
 
 def threads_from_argv(argv) -> str | None:
@@ -56,3 +57,62 @@ def print_table(title: str, headers, cells, markdown: bool = False) -> None:
     for c in cells:
         table.add_row(*c)
     Console(width=max(100, Console().width)).print(table)
+
+
+# -- threads and load ----------------------------------------------------------------
+
+_LIMITS = []  # keeps threadpoolctl's limiter alive
+
+
+def set_threads(threads: int | None) -> tuple[int, str]:
+    """Torch's and NumPy's BLAS thread counts: ``threads``, or torch's default for both.
+    Returns the count and how NumPy's BLAS was set."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    threads = torch.get_num_threads()
+    try:
+        from threadpoolctl import threadpool_info, threadpool_limits
+    except ImportError:
+        env = os.environ.get("OPENBLAS_NUM_THREADS", "unset")
+        return threads, f"numpy BLAS: OPENBLAS_NUM_THREADS={env} (no threadpoolctl)"
+    _LIMITS.append(threadpool_limits(limits=threads, user_api="blas"))
+    blas = [f"{i['internal_api']} {i['num_threads']}" for i in threadpool_info()
+            if i["user_api"] == "blas"]
+    return threads, f"numpy BLAS (threadpoolctl): {', '.join(blas) or 'none found'}"
+
+
+
+def _busy_cpu_seconds() -> float | None:
+    """CPU seconds all processes have been busy (Linux ``/proc/stat``), else None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+class OtherLoad:
+    """CPU time that other processes used while the block ran: busy CPU time of the
+    machine less this process's own (all its threads)."""
+
+    def __enter__(self):
+        self.busy, self.own, self.wall = _busy_cpu_seconds(), _own_cpu(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        busy = _busy_cpu_seconds()
+        self.wall = time.perf_counter() - self.wall
+        self.cores = None
+        if busy is not None and self.busy is not None:
+            other = (busy - self.busy) - (_own_cpu() - self.own)
+            self.cores = max(other, 0.0) / self.wall
+        return False
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
