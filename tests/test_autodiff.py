@@ -237,3 +237,23 @@ def test_reused_tensor_must_cover_the_indices_it_is_read_at():
     hv = RNG.standard_normal((2, 2))
     expected = hv.sum(1) + np.array([hv[0].sum(), 0.0])
     np.testing.assert_allclose(tg.build([head], g)(hv), expected, rtol=1e-12)
+
+
+def test_prod_gradient_is_finite_where_no_term_maps():
+    # found by the fuzzer: the gather form of d/dY evaluates prod's partial at every
+    # Y[0, j], also at odd j that no term reads (a 0/1 guard then masks it); there
+    # T0 - Y[0, j] is 0, and P / 0 * 0 was nan
+    y = tg.placeholder((1, 5), "float64", name="Y")
+    k = tg.reduce_axis((2, 6), "k")
+    t0 = tg.compute((), lambda: tg.minimum(y[0, 0] * y[0, 0], y[0, 0]), name="T0")
+    t1 = tg.compute((), lambda: tg.prod(tg.if_then_else(
+        tg.equal(k % 2, 0), t0[()] - y[0, k % 5], t0[()]), k), name="T1")
+    (g,) = tg.gradient(t1, [y], head=tg.compute((), lambda: tg.const(1.0, "float64")))
+    yv = np.array([[0.5, 0.25, 0.3, 0.25, 0.9]])  # T0 = 0.25 = Y[0, 1] = Y[0, 3]
+    got = tg.build([y], g)(yv)
+
+    yt = torch.tensor(yv, requires_grad=True)
+    t0t = torch.minimum(yt[0, 0] * yt[0, 0], yt[0, 0])
+    factors = [t0t - yt[0, j % 5] if j % 2 == 0 else t0t for j in range(2, 6)]
+    torch.stack(factors).prod().backward()
+    np.testing.assert_allclose(got, yt.grad.numpy(), rtol=1e-14, atol=1e-15)

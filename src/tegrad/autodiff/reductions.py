@@ -112,7 +112,11 @@ def zero_folds(r: Reduce) -> tuple[Expr, Expr, Expr]:
 
 
 def prod_partial(r: Reduce) -> Expr:
-    """``prod_{k' != k} x(k')`` from ``z``, ``P`` and ``S`` (module docstring)."""
+    """``prod_{k' != k} x(k')`` from ``z``, ``P`` and ``S`` (module docstring).
+
+    The divisions use ``x(k)`` with its zeros replaced by 1: where ``x(k) = 0`` they are
+    not selected, but the partial may also be evaluated at points no term maps to (a
+    gather's guard then multiplies it by 0), and ``P / 0 * 0`` would be nan there."""
     z, p, s = zero_folds(r)
     x, dtype = r.source, r.dtype
 
@@ -122,8 +126,9 @@ def prod_partial(r: Reduce) -> Expr:
     def zeros_are(n):
         return binary("eq", z, const(n, dtype))
     x_zero = binary("eq", x, zero(dtype))
-    return when(zeros_are(0), binary("div", p, x),
-                when(zeros_are(1), when(x_zero, p, binary("mul", binary("div", p, x), s)),
+    p_over_x = binary("div", p, when(x_zero, const(1, dtype), x))
+    return when(zeros_are(0), p_over_x,
+                when(zeros_are(1), when(x_zero, p, binary("mul", p_over_x, s)),
                      when(binary("and", zeros_are(2), x_zero),
                           binary("mul", p, binary("sub", s, x)), zero(dtype))))
 
