@@ -17,26 +17,24 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 import tegrad as tg
 from tegrad.ir.tensor import Compute
 from tegrad.ir.traverse import topo_tensors
-from tegrad.models import language_model, language_model_parameters, resnet, resnet_parameters
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import bench_shared  # noqa: E402
-from torch_models import LanguageModel, ResNet  # noqa: E402
-
-F64 = "float64"
+from torch_models import language_model_pair, resnet_pair  # noqa: E402
 
 
 def computes(tensors) -> set:
     return {t for t in topo_tensors(tensors) if isinstance(t, Compute)}
 
 
-def measure(name, loss, logits, params, feeds, module, torch_loss):
+def measure(name, pair):
+    loss, logits, params, feeds = pair.loss, pair.logits, pair.params, pair.feeds
+    module, torch_loss = pair.module, pair.torch_loss
     names = list(params)
     start = time.perf_counter()
     grads = tg.gradient(loss, [params[n] for n in names])
@@ -66,43 +64,15 @@ def measure(name, loss, logits, params, feeds, module, torch_loss):
 
 
 def resnet_row(arch, width, image):
-    torch.manual_seed(0)
-    classes = 10
-    module = ResNet(arch, classes, width).double().train()
-    params = resnet_parameters(arch, classes, width, dtype=F64)
-    x = tg.placeholder((2, 3, image, image), F64, name="x")
-    target = tg.placeholder((2,), "int64", name="target")
-    logits = resnet(x, params, arch)
-    loss = tg.nn.cross_entropy(logits, target)
-    rng = np.random.default_rng(0)
-    xv, tv = rng.standard_normal(x.shape), rng.integers(0, classes, size=2)
-
-    def torch_loss():
-        out = module(torch.from_numpy(xv))
-        return out, torch.nn.functional.cross_entropy(out, torch.from_numpy(tv))
-    return measure(f"{arch} (width {width}, 2x3x{image}x{image})", loss, logits, params,
-                   {x: xv, target: tv}, module, torch_loss)
+    pair = resnet_pair(arch, classes=10, width=width, image=image, seed=0)
+    return measure(f"{arch} (width {width}, 2x3x{image}x{image})", pair)
 
 
 def language_model_row():
-    torch.manual_seed(0)
-    vocab, embed, hidden, layers, steps, batch = 50, 32, 64, 2, 20, 4
-    module = LanguageModel(vocab, embed, hidden, layers).double()
-    params = language_model_parameters(vocab, embed, hidden, layers, dtype=F64)
-    tokens = tg.placeholder((steps, batch), "int64", name="tokens")
-    targets = tg.placeholder((steps, batch), "int64", name="targets")
-    logits = language_model(tokens, params)
-    loss = tg.nn.cross_entropy(tg.nn.reshape(logits, (steps * batch, vocab)),
-                               tg.nn.reshape(targets, (steps * batch,)))
-    rng = np.random.default_rng(0)
-    tok, tgt = (rng.integers(0, vocab, size=(steps, batch)) for _ in range(2))
-
-    def torch_loss():
-        out = module(torch.from_numpy(tok))
-        return out, torch.nn.functional.cross_entropy(out.reshape(-1, vocab),
-                                                      torch.from_numpy(tgt).reshape(-1))
-    return measure(f"LSTM LM ({layers} layers, hidden {hidden}, {steps} steps)", loss, logits,
-                   params, {tokens: tok, targets: tgt}, module, torch_loss)
+    layers, hidden, steps = 2, 64, 20
+    pair = language_model_pair(vocab=50, embed=32, hidden=hidden, layers=layers, steps=steps,
+                               batch=4, seed=0)
+    return measure(f"LSTM LM ({layers} layers, hidden {hidden}, {steps} steps)", pair)
 
 
 def main() -> None:

@@ -8,15 +8,7 @@ import pytest
 import torch
 
 import tegrad as tg
-from tegrad.models import (
-    language_model,
-    language_model_parameters,
-    resnet,
-    resnet_parameters,
-)
-from torch_models import LanguageModel, ResNet
-
-F64 = "float64"
+from torch_models import language_model_pair, resnet_pair
 
 
 def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, torch_loss):
@@ -46,44 +38,12 @@ def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, to
 
 @pytest.mark.parametrize("arch", ["resnet18", "resnet50"])
 def test_resnet_matches_torchvision_layout(arch):
-    torch.manual_seed(0)
-    width, classes = 4, 5
-    module = ResNet(arch, classes, width).double().train()
-    params = resnet_parameters(arch, classes, width, dtype=F64)
-    assert set(params) == {n for n, _ in module.named_parameters()}
-    x = tg.placeholder((2, 3, 32, 32), F64, name="x")
-    target = tg.placeholder((2,), "int64", name="target")
-    logits = resnet(x, params, arch)
-    loss = tg.nn.cross_entropy(logits, target)
-
-    rng = np.random.default_rng(1)
-    xv, tv = rng.standard_normal(x.shape), rng.integers(0, classes, size=2)
-
-    def torch_loss():
-        out = module(torch.from_numpy(xv))
-        return out, torch.nn.functional.cross_entropy(out, torch.from_numpy(tv))
-
-    compare(loss, logits, params, {x: xv, target: tv}, module, torch_loss)
+    pair = resnet_pair(arch, classes=5, width=4, image=32, seed=1)
+    assert set(pair.params) == {n for n, _ in pair.module.named_parameters()}
+    compare(pair.loss, pair.logits, pair.params, pair.feeds, pair.module, pair.torch_loss)
 
 
 def test_lstm_language_model_matches_torch():
-    torch.manual_seed(0)
-    vocab, embed, hidden, layers, steps, batch = 11, 6, 7, 2, 5, 3
-    module = LanguageModel(vocab, embed, hidden, layers).double()
-    params = language_model_parameters(vocab, embed, hidden, layers, dtype=F64)
-    assert set(params) == {n for n, _ in module.named_parameters()}
-    tokens = tg.placeholder((steps, batch), "int64", name="tokens")
-    targets = tg.placeholder((steps, batch), "int64", name="targets")
-    logits = language_model(tokens, params)
-    flat = tg.nn.reshape(logits, (steps * batch, vocab))
-    loss = tg.nn.cross_entropy(flat, tg.nn.reshape(targets, (steps * batch,)))
-
-    rng = np.random.default_rng(2)
-    tok, tgt = (rng.integers(0, vocab, size=(steps, batch)) for _ in range(2))
-
-    def torch_loss():
-        out = module(torch.from_numpy(tok))
-        return out, torch.nn.functional.cross_entropy(out.reshape(-1, vocab),
-                                                      torch.from_numpy(tgt).reshape(-1))
-
-    compare(loss, logits, params, {tokens: tok, targets: tgt}, module, torch_loss)
+    pair = language_model_pair(vocab=11, embed=6, hidden=7, layers=2, steps=5, batch=3, seed=2)
+    assert set(pair.params) == {n for n, _ in pair.module.named_parameters()}
+    compare(pair.loss, pair.logits, pair.params, pair.feeds, pair.module, pair.torch_loss)

@@ -6,6 +6,10 @@ conv), a 1x1 conv + bn shortcut where the shape changes, global average pool, fc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 from torch import nn
 
@@ -91,3 +95,63 @@ class LanguageModel(nn.Module):
     def forward(self, tokens):
         out, _ = self.lstm(self.embedding(tokens))
         return self.decoder(out)
+
+
+# -- the same networks on both sides: tegrad graph, torch module, same weights and data -----
+
+
+@dataclass
+class NetworkPair:
+    """A loss built with ``tegrad.models`` and the PyTorch module it mirrors."""
+
+    loss: object
+    logits: object
+    params: dict  # name -> placeholder, named as ``module.named_parameters()``
+    feeds: dict  # data placeholder -> array
+    module: nn.Module
+    torch_loss: Callable  # () -> (logits, loss) of the module on the same data
+
+
+def resnet_pair(arch: str, classes: int, width: int, image: int, seed: int) -> NetworkPair:
+    import tegrad as tg
+    from tegrad.models import resnet, resnet_parameters
+
+    torch.manual_seed(0)
+    module = ResNet(arch, classes, width).double().train()
+    params = resnet_parameters(arch, classes, width, dtype="float64")
+    x = tg.placeholder((2, 3, image, image), "float64", name="x")
+    target = tg.placeholder((2,), "int64", name="target")
+    logits = resnet(x, params, arch)
+    rng = np.random.default_rng(seed)
+    xv, tv = rng.standard_normal(x.shape), rng.integers(0, classes, size=2)
+
+    def torch_loss():
+        out = module(torch.from_numpy(xv))
+        return out, torch.nn.functional.cross_entropy(out, torch.from_numpy(tv))
+
+    return NetworkPair(tg.nn.cross_entropy(logits, target), logits, params,
+                       {x: xv, target: tv}, module, torch_loss)
+
+
+def language_model_pair(vocab: int, embed: int, hidden: int, layers: int, steps: int,
+                        batch: int, seed: int) -> NetworkPair:
+    import tegrad as tg
+    from tegrad.models import language_model, language_model_parameters
+
+    torch.manual_seed(0)
+    module = LanguageModel(vocab, embed, hidden, layers).double()
+    params = language_model_parameters(vocab, embed, hidden, layers, dtype="float64")
+    tokens = tg.placeholder((steps, batch), "int64", name="tokens")
+    targets = tg.placeholder((steps, batch), "int64", name="targets")
+    logits = language_model(tokens, params)
+    loss = tg.nn.cross_entropy(tg.nn.reshape(logits, (steps * batch, vocab)),
+                               tg.nn.reshape(targets, (steps * batch,)))
+    rng = np.random.default_rng(seed)
+    tok, tgt = (rng.integers(0, vocab, size=(steps, batch)) for _ in range(2))
+
+    def torch_loss():
+        out = module(torch.from_numpy(tok))
+        return out, torch.nn.functional.cross_entropy(out.reshape(-1, vocab),
+                                                      torch.from_numpy(tgt).reshape(-1))
+
+    return NetworkPair(loss, logits, params, {tokens: tok, targets: tgt}, module, torch_loss)
