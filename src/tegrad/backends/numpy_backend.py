@@ -7,6 +7,7 @@ import numpy as np
 from ..lower.plan import Plan
 from .numpy_eval import evaluate_compute
 from .numpy_kernels import run_kernel
+from .scan_run import run_scan
 
 
 class NumpyProgram:
@@ -19,7 +20,7 @@ class NumpyProgram:
         arrays = dict(feed)
         for k, kernel in enumerate(self.plan.kernels):
             if kernel.kind == "scan":
-                arrays.update(run_scan(kernel.detail, arrays))
+                arrays.update(run_scan(kernel.detail, arrays, NumpyProgram))
             else:
                 arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute)
             for t in self.dead_after[k]:  # intermediates no later kernel reads
@@ -50,34 +51,3 @@ def _dead_after(plan: Plan) -> list[list]:
         if t in made and t not in keep:
             dead[k].append(t)
     return dead
-
-
-def run_scan(kernel, arrays: dict) -> dict:
-    """The states' histories: init rows, then the step program once per step, its
-    per-step placeholders fed with views of the histories and of the inputs (zeros for a
-    row outside the tensor: such reads are guarded in the body)."""
-    op, step = kernel.op, kernel.step
-    program = NumpyProgram(kernel.plan, step.placeholders())
-    states = []
-    for init, s in zip(op.inits, op.states, strict=True):
-        history = np.empty(s.shape, s.dtype)
-        history[: op.init_rows] = arrays[init]
-        states.append(history)
-    feed = {t: arrays[t] for t in step.full}
-    outside = {}
-    for t in range(op.init_rows, op.length):
-        for (n, lag), p in step.lagged.items():
-            feed[p] = states[n][t - lag] if t - lag >= 0 else _zeros(outside, p)
-        for (u, a, b), p in step.sliced.items():
-            row = a * t + b
-            feed[p] = arrays[u][row] if 0 <= row < u.shape[0] else _zeros(outside, p)
-        feed[step.time] = np.asarray(t, step.time.dtype)
-        for history, value in zip(states, program.run(feed), strict=True):
-            history[t] = value
-    return dict(zip(op.outputs, states, strict=True))
-
-
-def _zeros(cache: dict, p) -> np.ndarray:
-    if p not in cache:
-        cache[p] = np.zeros(p.shape, p.dtype)
-    return cache[p]
