@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -9,7 +11,25 @@ import numpy as np
 from ..ir.tensor import Compute, Placeholder, Tensor
 from ..ir.traverse import topo_tensors
 
-TARGETS = ("numpy",)
+TARGETS = ("numpy", "cpu")
+_WARNED: list[bool] = []
+
+
+def default_target() -> str:
+    """``target=None``: ``$TEGRAD_TARGET`` when set, else the compiled ``"cpu"`` target when
+    a C compiler is present, else ``"numpy"`` (with a warning, once)."""
+    chosen = os.environ.get("TEGRAD_TARGET")
+    if chosen:
+        return chosen
+    from .cpu.compiler import compiler
+
+    if compiler() is not None:
+        return "cpu"
+    if not _WARNED:
+        _WARNED.append(True)
+        warnings.warn("no C compiler found (set CC or install gcc): tegrad falls back to the "
+                      "NumPy backend, which is slower", RuntimeWarning, stacklevel=3)
+    return "numpy"
 
 
 def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
@@ -18,18 +38,27 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     _check_signature(ins, outs)
-    target = target or "numpy"
-    if target in ("cpu", "cuda"):
+    target = target or default_target()
+    if target == "cuda":
         raise ValueError(
-            f"target {target!r} is not available in this build of tegrad; "
+            "target 'cuda' is not available in this build of tegrad; "
             f"available: {', '.join(TARGETS)} (or None for the fastest available)"
         )
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
     from ..lower.plan import plan
-    from .numpy_backend import NumpyProgram
 
-    program = NumpyProgram(plan(outs), ins)
+    if target == "cpu":
+        from .cpu.compiler import CompilerMissing, compiler
+
+        if compiler() is None:
+            raise CompilerMissing("target 'cpu' needs a C compiler (set CC or install gcc); "
+                                  "target=None falls back to 'numpy'")
+        from .cpu.program import CpuProgram as Program
+    else:
+        from .numpy_backend import NumpyProgram as Program
+
+    program = Program(plan(outs), ins)
 
     def run(*arrays):
         if len(arrays) != len(ins):
@@ -43,6 +72,7 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     run.inputs = ins
     run.outputs = outs
     run.program = program
+    run.target = target
     return run
 
 

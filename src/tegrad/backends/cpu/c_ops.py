@@ -1,0 +1,141 @@
+"""What each scalar op means in C: the compiled counterpart of ``ir/numpy_ops.py``.
+
+Every entry gives NumPy's result for the op's dtype (the reference backend is the spec):
+``max``/``min`` propagate NaN like ``np.maximum``; integer ``floordiv``/``floormod`` round
+toward minus infinity like Python and give 0 for a zero divisor like NumPy; ``round`` is
+half-to-even (``nearbyint`` in the default rounding mode); ``sign`` keeps 0 and NaN.
+
+The transcendental functions are declared ``omp declare simd`` so that gcc vectorizes
+them with glibc's vector math library (libmvec) without ``-ffast-math``, which would
+break NaN and infinity semantics.
+"""
+
+from __future__ import annotations
+
+import math
+
+CTYPE = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
+         "bool": "uint8_t"}
+
+_MATH = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "pow")
+
+PRELUDE = "\n".join([
+    "#include <math.h>",
+    "#include <stdint.h>",
+    *(f"#pragma omp declare simd notinbranch\nextern {t} {fn}{s}({t}"
+      f"{', ' + t if fn == 'pow' else ''});"
+      for fn in _MATH for t, s in (("float", "f"), ("double", ""))),
+    "static inline long tg_fdiv(long a, long b) { if (b == 0) return 0; long q = a / b;"
+    " return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }",
+    "static inline long tg_fmod(long a, long b) { if (b == 0) return 0; long r = a % b;"
+    " return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }",
+    "static inline long tg_imax(long a, long b) { return a > b ? a : b; }",
+    "static inline long tg_imin(long a, long b) { return a < b ? a : b; }",
+    "static inline long tg_cdiv(long a, long b) { return -tg_fdiv(-a, b); }",
+    "static inline long tg_ipow(long a, long b) { long r = 1; if (b < 0) return 0;"
+    " while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r; }",
+    "static inline float tg_sigmoidf(float x) { float e = expf(-fabsf(x)), r = 1.0f / (1.0f + e);"
+    " return x >= 0 ? r : e * r; }",
+    "static inline double tg_sigmoid(double x) { double e = exp(-fabs(x)), r = 1.0 / (1.0 + e);"
+    " return x >= 0 ? r : e * r; }",
+    "static inline float tg_fmodf(float a, float b) { float m = fmodf(a, b);"
+    " return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }",
+    "static inline double tg_fmodd(double a, double b) { double m = fmod(a, b);"
+    " return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }",
+])
+
+
+def literal(value, dtype: str) -> str:
+    """A C literal of ``value`` rounded to ``dtype`` as NumPy would."""
+    if dtype in ("float32", "float64"):
+        v = float(value)
+        cast = "(float)" if dtype == "float32" else "(double)"
+        if math.isnan(v):
+            return f"{cast}NAN"
+        if math.isinf(v):
+            return f"{cast}({'-' if v < 0 else ''}INFINITY)"
+        return f"{cast}{v.hex()}"  # exact; the cast rounds to float32 like np.float32(v)
+    if dtype == "bool":
+        return "1" if value else "0"
+    v = int(value)
+    return f"((int64_t){v}LL)" if dtype == "int64" else f"((int32_t){v})"
+
+
+def _float_suffix(dtype: str) -> str:
+    return "f" if dtype == "float32" else ""
+
+
+def unary(op: str, a: str, dtype: str) -> str:
+    """C for ``op(a)`` with result (and operand) dtype ``dtype`` (``not``: bool)."""
+    if op in ("stop_gradient",):
+        return a
+    if op == "not":
+        return f"(!{a})"
+    if op == "neg":
+        return f"(-{a})"
+    floating = dtype in ("float32", "float64")
+    if not floating:
+        if op == "abs":
+            return f"({a} < 0 ? -{a} : {a})"
+        if op == "sign":
+            return f"(({a} > 0) - ({a} < 0))"
+        if op in ("floor", "ceil", "round"):
+            return a
+        raise NotImplementedError(f"unary {op} on {dtype} in the C backend")
+    f = _float_suffix(dtype)
+    one = "1.0f" if f else "1.0"
+    if op in ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "sqrt", "floor",
+              "ceil"):
+        return f"{op}{f}({a})"
+    if op == "rsqrt":
+        return f"({one} / sqrt{f}({a}))"
+    if op == "abs":
+        return f"fabs{f}({a})"
+    if op == "round":
+        return f"nearbyint{f}({a})"
+    if op == "sign":
+        return f"({a} > 0 ? {one} : ({a} < 0 ? -{one} : {a}))"
+    if op == "sigmoid":
+        return f"tg_sigmoid{f}({a})"
+    raise NotImplementedError(f"unary {op} in the C backend")
+
+
+def binary(op: str, a: str, b: str, dtype: str, operand: str) -> str:
+    """C for ``a op b``: ``dtype`` is the result's, ``operand`` the operands' common dtype."""
+    floating = operand in ("float32", "float64")
+    if op in ("add", "sub", "mul"):
+        sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+        if operand == "bool" and op != "sub":
+            return f"({a} {'|' if op == 'add' else '&'} {b})"
+        return f"({a} {sym} {b})"
+    if op == "div":
+        if floating:
+            return f"({a} / {b})"
+        return f"(({CTYPE[dtype]})((double)({a}) / (double)({b})))"
+    if op == "floordiv":
+        if floating:
+            return f"floor{_float_suffix(operand)}({a} / {b})"
+        return f"tg_fdiv({a}, {b})"
+    if op == "floormod":
+        if floating:
+            return f"tg_fmod{'f' if operand == 'float32' else 'd'}({a}, {b})"
+        return f"tg_fmod({a}, {b})"
+    if op == "pow":
+        if floating:
+            return f"pow{_float_suffix(operand)}({a}, {b})"
+        return f"tg_ipow({a}, {b})"
+    if op in ("max", "min"):
+        cmp = ">" if op == "max" else "<"
+        if floating:  # NaN wins, as in np.maximum
+            return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
+        return f"(({a} {cmp} {b}) ? {a} : {b})"
+    sym = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}.get(op)
+    if sym is None:
+        raise NotImplementedError(f"binary {op} in the C backend")
+    return f"({a} {sym} {b})"
+
+
+def cast(a: str, src: str, dtype: str) -> str:
+    if dtype == "bool":
+        return f"({a} != 0)"
+    return f"(({CTYPE[dtype]})({a}))"

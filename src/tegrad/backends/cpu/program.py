@@ -1,0 +1,122 @@
+"""``target="cpu"``: a plan run with its general kernels compiled to native code.
+
+The plan is fused first (``lower/fusion.py``), then each general kernel becomes a C
+function (``codegen.py``), all of them (scan steps included) in one shared library
+(``compiler.py``). Contractions stay on BLAS and scatters on the deterministic NumPy
+path (``numpy_kernels.py``); a scan's time loop runs its compiled step program.
+
+Threads: ``$TEGRAD_NUM_THREADS``, default the cores this process may use.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+import numpy as np
+
+from ...lower.fusion import fuse
+from ...lower.plan import Plan
+from ..numpy_backend import _dead_after
+from ..numpy_eval import evaluate_compute
+from ..numpy_kernels import run_kernel
+from ..scan_run import run_scan
+from .c_ops import PRELUDE
+from .codegen import KernelSource
+from .compiler import load
+
+
+def num_threads() -> int:
+    value = os.environ.get("TEGRAD_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        return int(value)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class _Unit:
+    """The kernels of one program (and its scans' step programs): one library."""
+
+    def __init__(self):
+        self.sources: list[KernelSource] = []
+        self.lib = None
+
+    def add(self, kernel) -> KernelSource:
+        body_of = getattr(kernel.detail, "body_of", kernel.tensor)
+        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}")
+        self.sources.append(src)
+        return src
+
+    def load(self) -> None:
+        text = "\n\n".join([PRELUDE, *(s.text for s in self.sources)])
+        self.lib = load(text)
+
+
+class _Compiled:
+    """A general kernel's compiled function, called on the arrays it reads."""
+
+    def __init__(self, src: KernelSource, unit: _Unit):
+        self.src = src
+        self.unit = unit
+        self.fn = None
+
+    def __call__(self, arrays: dict) -> np.ndarray:
+        if self.fn is None:
+            self.fn = getattr(self.unit.lib, self.src.name)
+            self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+            self.fn.restype = None
+        t = self.src.tensor
+        out = np.empty(t.shape, t.dtype)
+        held = [out]
+        for a in self.src.args[1:]:
+            arr = arrays[a]
+            if not arr.flags.c_contiguous or arr.dtype.name != a.dtype:
+                arr = np.ascontiguousarray(arr, dtype=a.dtype)
+            held.append(arr)
+        ptrs = (ctypes.c_void_p * len(held))(*(h.ctypes.data for h in held))
+        err = np.zeros(2, np.int64)
+        self.fn(ptrs, err.ctypes.data, _THREADS)
+        if err[0]:
+            g = self.src.gathers[err[0] - 1]
+            raise IndexError(f"{t.name}: gather {g.tensor}[...] index {g.axis} got value "
+                             f"{int(err[1])}, outside [0, {g.dim}) (from {g.index})")
+        return out
+
+
+_THREADS = num_threads()
+
+
+class CpuProgram:
+    def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
+        self.plan = fuse(plan)
+        self.inputs = inputs
+        self.dead_after = _dead_after(self.plan)
+        top = unit is None
+        unit = unit or _Unit()
+        self.steps = []
+        for kernel in self.plan.kernels:
+            if kernel.kind == "general":
+                self.steps.append(_Compiled(unit.add(kernel), unit))
+            elif kernel.kind == "scan":
+                step = CpuProgram(kernel.detail.plan, kernel.detail.step.placeholders(), unit)
+                self.steps.append(step)
+            else:
+                self.steps.append(None)
+        if top:
+            unit.load()
+
+    def run(self, feed: dict) -> list[np.ndarray]:
+        arrays = dict(feed)
+        for k, kernel in enumerate(self.plan.kernels):
+            step = self.steps[k]
+            if kernel.kind == "scan":
+                arrays.update(run_scan(kernel.detail, arrays, lambda plan, inputs, s=step: s))
+            elif step is not None:
+                arrays[kernel.tensor] = step(arrays)
+            else:
+                arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute)
+            for t in self.dead_after[k]:
+                del arrays[t]
+        return [arrays[t] for t in self.plan.outputs]

@@ -1,0 +1,120 @@
+"""Fusion: inlining producers into the general kernels that read them.
+
+A general kernel ``P`` read only by general kernels (not by a contraction, a scatter or a
+scan, which read materialized arrays, and not a plan output) can be inlined: each read
+``P[f(i)]`` in a consumer becomes ``P``'s body with its axes replaced by ``f(i)``. A softmax
+
+    m[i] = max_k X[i, k]     e[i, j] = exp(X[i, j] - m[i])     s[i] = sum_k e[i, k]
+    Y[i, j] = e[i, j] / s[i]
+
+becomes one kernel,
+
+    Y[i, j] = exp(X[i, j] - max_k X[i, k]) / sum_k exp(X[i, k] - max_k' X[i, k']),
+
+which a compiled backend evaluates in one pass per row: code motion (``backends/cpu/
+codegen.py``) computes each row reduction once per row. No intermediate array is written.
+
+**When.** Inlining trades memory traffic for recomputation. A read site is evaluated once
+per iteration of the loops down to the innermost one whose variable it uses (the
+consumer's axes, then the reductions around the site, outermost first), so the
+recomputation ratio of ``P`` is ``sum over sites of evaluations / size(P)``. ``P`` is
+inlined when that ratio is at most ``MAX_RATIO`` (each element computed about once or
+twice), or, for a producer without reductions, when it is cheap (at most
+``CHEAP_NODES`` nodes) and the ratio is at most ``MAX_CHEAP_RATIO`` (a 3x3 window over a
+relu). Producers are decided from the last to the first, so a site is counted where it
+finally lands, after its consumer has itself been inlined.
+
+The pass is for compiled backends; the NumPy reference runs the plan unfused.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.expr import Expr, Read, Reduce
+from ..ir.tensor import Compute, make_compute
+from ..ir.traverse import children, free_vars, substitute, tensors_read, transform, walk
+from .plan import Fused, Kernel, Plan
+
+MAX_RATIO = 2.0
+CHEAP_NODES = 6
+MAX_CHEAP_RATIO = 9.0
+
+
+def fuse(p: Plan) -> Plan:
+    bodies: dict[Compute, Compute] = {}  # general kernel -> the compute it evaluates
+    parts: dict[Compute, tuple] = {}
+    blocked = set(p.outputs)
+    for k in p.kernels:
+        if k.kind == "general":
+            bodies[k.tensor] = getattr(k.detail, "body_of", k.tensor)
+            parts[k.tensor] = getattr(k.detail, "parts", ())
+        elif k.kind == "scan":
+            blocked.update([*k.detail.op.inits, *k.detail.op.external])
+        else:
+            blocked.update(tensors_read(k.tensor.body))
+    inlined = set()
+    for producer in reversed(list(bodies)):
+        if producer in blocked:
+            continue
+        consumers = [c for c in bodies if c not in inlined and c is not producer
+                     and producer in tensors_read(bodies[c].body)]
+        if not consumers or not _worth_inlining(bodies[producer], producer,
+                                                [bodies[c] for c in consumers]):
+            continue
+        source = bodies[producer]
+        for c in consumers:
+            body = _inline(bodies[c].body, producer, source)
+            bodies[c] = make_compute(bodies[c].shape, bodies[c].axes, body, bodies[c].name)
+        inlined.add(producer)
+    kernels = []
+    for k in p.kernels:
+        if k.kind != "general":
+            kernels.append(k)
+        elif k.tensor not in inlined:
+            kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], parts[k.tensor])))
+    return Plan(kernels, p.outputs, p.notes)
+
+
+def _inline(body: Expr, producer: Compute, source: Compute) -> Expr:
+    def replace(e: Expr) -> Expr | None:
+        if isinstance(e, Read) and e.tensor is producer:
+            return substitute(source.body, dict(zip(source.axes, e.indices, strict=True)))
+        return None
+
+    return transform(body, replace)
+
+
+def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]) -> bool:
+    size = max(1, math.prod(producer.shape))
+    evaluations = sum(_site_evaluations(c, producer) for c in consumers)
+    ratio = evaluations / size
+    if ratio <= MAX_RATIO:
+        return True
+    nodes = walk(source.body)
+    return (ratio <= MAX_CHEAP_RATIO and len(nodes) <= CHEAP_NODES
+            and not any(isinstance(x, Reduce) for x in nodes))
+
+
+def _site_evaluations(consumer: Compute, producer: Compute) -> int:
+    """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
+    read computed once per iteration of the loops down to its innermost variable."""
+    total = 0
+    seen = set()
+
+    def go(e: Expr, loops: tuple) -> None:
+        nonlocal total
+        key = (e, loops)
+        if key in seen:
+            return
+        seen.add(key)
+        if isinstance(e, Read) and e.tensor is producer:
+            used = free_vars(e)
+            depth = max((k for k, v in enumerate(loops) if v in used), default=-1)
+            total += math.prod(v.extent for v in loops[: depth + 1])
+        inner = loops + tuple(e.axes) if isinstance(e, Reduce) else loops
+        for c in children(e):
+            go(c, inner)
+
+    go(consumer.body, tuple(consumer.axes))
+    return total
