@@ -56,7 +56,9 @@ def print_table(title: str, headers, cells, markdown: bool = False) -> None:
         table.add_column(h)
     for c in cells:
         table.add_row(*c)
-    Console(width=max(100, Console().width)).print(table)
+    # wide enough for every cell: rich otherwise truncates headers and cells to "…"
+    needed = sum(max(len(h), *(len(c[i]) for c in cells)) + 3 for i, h in enumerate(headers)) + 1
+    Console(width=max(100, Console().width, needed)).print(table)
 
 
 # -- threads and load ----------------------------------------------------------------

@@ -39,6 +39,8 @@ REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 def evaluate_compute(t: Compute, arrays: dict) -> np.ndarray:
     """Evaluate ``t`` given the arrays of every tensor it reads (keyed by tensor)."""
     out = np.empty(t.shape, dtype=t.dtype)
+    if out.size == 0:
+        return out
     for region in _chunks(t):
         env = {}
         n = len(t.axes)

@@ -24,7 +24,9 @@ twice), or, for a producer without reductions, when it is cheap (at most
 relu). Producers are decided from the last to the first, so a site is counted where it
 finally lands, after its consumer has itself been inlined.
 
-The pass is for compiled backends; the NumPy reference runs the plan unfused.
+Contractions that are not matrix products (``worth_blas``) become general kernels first,
+so that a row sum or a per-row dot product is fused with its neighbours rather than sent
+to BLAS. The pass is for compiled backends; the NumPy reference runs the plan unfused.
 """
 
 from __future__ import annotations
@@ -34,17 +36,21 @@ import math
 from ..ir.expr import Expr, Read, Reduce
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import children, free_vars, substitute, tensors_read, transform, walk
+from .contraction import Contraction
 from .plan import Fused, Kernel, Plan
 
 MAX_RATIO = 2.0
 CHEAP_NODES = 6
 MAX_CHEAP_RATIO = 9.0
+BLAS_MIN_MACS = 1 << 14
 
 
 def fuse(p: Plan) -> Plan:
     bodies: dict[Compute, Compute] = {}  # general kernel -> the compute it evaluates
     parts: dict[Compute, tuple] = {}
     blocked = set(p.outputs)
+    p = Plan([k if k.kind != "contraction" or worth_blas(k.detail) else Kernel(k.tensor)
+              for k in p.kernels], p.outputs, p.notes)
     for k in p.kernels:
         if k.kind == "general":
             bodies[k.tensor] = getattr(k.detail, "body_of", k.tensor)
@@ -74,6 +80,25 @@ def fuse(p: Plan) -> Plan:
         elif k.tensor not in inlined:
             kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], parts[k.tensor])))
     return Plan(kernels, p.outputs, p.notes)
+
+
+def worth_blas(c: Contraction) -> bool:
+    """True when some piece is a matrix product big enough for BLAS: two factors sharing
+    a reduced variable, each with an output variable of its own (M and N), and at least
+    ``BLAS_MIN_MACS`` multiply-adds. A row sum, a per-row dot product (``sum_k dY[i, k]
+    Y[i, k]``: no N) or a small product runs better as a fused loop."""
+    for piece in c.pieces:
+        if len(piece.factors) < 2:
+            continue
+        used = [{v for coeffs, _ in f.index for v, _ in coeffs} for f in piece.factors]
+        outs = set(piece.out_vars)
+        owners = {k for k, vs in enumerate(used) for v in vs & outs
+                  if sum(v in w for w in used) == 1}
+        shared = any(sum(v in w for w in used) >= 2 for v in piece.red_vars)
+        macs = math.prod(hi - lo + 1 for _, lo, hi in piece.ranges)
+        if len(owners) >= 2 and shared and macs >= BLAS_MIN_MACS:
+            return True
+    return False
 
 
 def _inline(body: Expr, producer: Compute, source: Compute) -> Expr:

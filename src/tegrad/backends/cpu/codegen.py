@@ -47,8 +47,9 @@ from ...ir.verify import split_conjunction
 from . import c_ops
 from .c_ops import CTYPE
 
-PARALLEL_WORK = 1 << 15  # points x reduction width below which a kernel runs on one thread
+PARALLEL_WORK = 1 << 17  # points x reduction width below which a kernel runs on one thread
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
+COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 
 
 @dataclass(eq=False)
@@ -142,8 +143,37 @@ class KernelSource:
         shape = t.shape
         axes = body_of.axes
         size = math.prod(shape)
-        work = size * _reduction_width(body_of)
-        parallel = work >= PARALLEL_WORK and size > 1
+        parallel = size * _reduction_width(body_of) >= PARALLEL_WORK and size > 1
+        body = _unshadow(body_of.body, frozenset(axes))
+        if _column_order(body, axes, shape):
+            self._column_nest(body, axes, shape, parallel)
+        else:
+            self._row_nest(body, axes, shape, parallel)
+        lines = [f"void {self.name}(void **args, long *err, int nthreads) {{"]
+        lines += ["  " + h for h in header]
+        self.root.render(lines, 1)
+        lines.append("}")
+        return "\n".join(lines)
+
+    def _merged_loop(self, axes, shape, parallel: bool, chunks: int = 0) -> Block:
+        """One loop over the leading ``axes`` (and ``chunks`` column chunks after them)."""
+        extents = list(shape) + ([chunks] if chunks else [])
+        names = [self.bind(v, "i") for v in axes] + (["cs"] if chunks else [])
+        head = []
+        if parallel:
+            head.append("#pragma omp parallel for schedule(static) num_threads(nthreads)")
+        head.append(f"for (long f = 0; f < {math.prod(extents)}L; f++) {{")
+        for k, name in enumerate(names):
+            inner = math.prod(extents[k + 1:])
+            div = f"f / {inner}L" if inner > 1 else "f"
+            value = f"({div}) % {extents[k]}L" if k else div
+            if chunks and k == len(names) - 1:
+                value = f"({value}) * {COLUMN_CHUNK}L"
+            head.append(f"  const long {name} = {value};")
+        return Block(frozenset(axes), head=head, loop=True)
+
+    def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
+        """Output axes outermost, in order; the body evaluated at each point."""
         merged = 0
         if shape:
             merged, count = 1, shape[0]
@@ -152,39 +182,56 @@ class KernelSource:
                 merged += 1
         blocks = []
         if merged:
-            names = [self.bind(v, "i") for v in axes[:merged]]
-            count = math.prod(shape[:merged])
-            head = []
-            if parallel:
-                head.append("#pragma omp parallel for schedule(static) num_threads(nthreads)")
-            head.append(f"for (long f = 0; f < {count}L; f++) {{")
-            for k, name in enumerate(names):
-                inner = math.prod(shape[k + 1:merged])
-                div = f"f / {inner}L" if inner > 1 else "f"
-                head.append(f"  const long {name} = ({div}) % {shape[k]}L;" if k else
-                            f"  const long {name} = {div};")
-            blocks.append(Block(frozenset(axes[:merged]), head=head, loop=True))
+            blocks.append(self._merged_loop(axes[:merged], shape[:merged], parallel))
             for v, n in zip(axes[merged:], shape[merged:], strict=True):
                 name = self.bind(v, "i")
                 blocks.append(Block(frozenset((v,)), head=[
                     f"for (long {name} = 0; {name} < {n}L; {name}++) {{"], loop=True))
-        for b in blocks:
-            self.stack.append(b)
-        value = self.value(_unshadow(body_of.body, frozenset(axes)))
+        self.stack.extend(blocks)
+        value = self.value(body)
         flat = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
                           for k, v in enumerate(axes)) or "0"
         self.stack[-1].items.append(f"a0[{flat}] = {value};")
         innermost = self.stack[-1]
+        self._close(blocks)
+        if len(blocks) > 1 and not innermost.has_blocks() and not self.has_check:
+            innermost.head.insert(0, "#pragma omp simd")
+
+    def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
+        """A reduction along the outer dimension of its reads (``dW[d] = sum_n dY[n, d]
+        X[n, d]``): the reduce loops outside, the last output axis innermost over a chunk of
+        ``COLUMN_CHUNK`` accumulators, so that every read is contiguous and vectorized."""
+        n = shape[-1]
+        chunks = -(-n // COLUMN_CHUNK)
+        outer = self._merged_loop(axes[:-1], shape[:-1], parallel, chunks)
+        outer.head.append(f"  const long cn = tg_imin({COLUMN_CHUNK}L, {n}L - cs);")
+        ctype = CTYPE[body.dtype]
+        identity = c_ops.literal(body.combiner.identity_value(body.dtype), body.dtype)
+        outer.items.append(f"{ctype} cacc[{COLUMN_CHUNK}];")
+        outer.items.append(f"for (long j = 0; j < {COLUMN_CHUNK}; j++) cacc[j] = {identity};")
+        self.stack.append(outer)
+        names = {a: self.bind(a, "r") for a in body.axes}
+        blocks = [Block(frozenset((a,)), head=[
+            f"for (long {names[a]} = {a.lo}; {names[a]} < {a.lo + a.extent}; {names[a]}++) {{"],
+            loop=True) for a in body.axes]
+        last = self.bind(axes[-1], "i")
+        blocks.append(Block(frozenset((axes[-1],)), head=[
+            "#pragma omp simd", "for (long j = 0; j < cn; j++) {",
+            f"  const long {last} = cs + j;"], loop=True))
+        self.stack.extend(blocks)
+        src = self.value(body.source)
+        self.stack[-1].items.append(self.combine(body, "cacc[j]", src, "", names))
+        self._close(blocks)
+        base = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
+                          for k, v in enumerate(axes[:-1])) or "0"
+        outer.items.append(f"for (long j = 0; j < cn; j++) a0[{base} + cs + j] = cacc[j];")
+        self._close([outer])
+
+    def _close(self, blocks: list) -> None:
+        """Pop ``blocks`` (the top of the stack) and attach each to its parent."""
         for b in reversed(blocks):
             self.stack.pop()
             self.stack[-1].items.append(b)
-        if len(blocks) > 1 and not innermost.has_blocks() and not self.has_check:
-            innermost.head.insert(0, "#pragma omp simd")
-        lines = [f"void {self.name}(void **args, long *err, int nthreads) {{"]
-        lines += ["  " + h for h in header]
-        self.root.render(lines, 1)
-        lines.append("}")
-        return "\n".join(lines)
 
     # expressions --------------------------------------------------------------------------
 
@@ -437,6 +484,32 @@ def _unshadow(e: Expr, bound: frozenset) -> Expr:
         return out
 
     return go(e, bound)
+
+
+def _column_order(body: Expr, axes, shape) -> bool:
+    """True for a sum/prod/max/min over the outer dimension of reads that are contiguous
+    along the last output axis: the reduce loops then go outside it (``_column_nest``)."""
+    if not (isinstance(body, Reduce) and body.combiner.kind in ("sum", "prod", "max", "min")
+            and body.where is None and axes and shape[-1] >= 8 and _eager(body.source)):
+        return False
+    last, inner = axes[-1], body.axes[-1]
+    both = False
+    for x in walk(body.source):
+        if not isinstance(x, Read) or not x.indices:
+            continue
+        strides = {}
+        for m, index in enumerate(x.indices):
+            coeffs, _ = linearize(index)
+            step = math.prod(x.tensor.shape[m + 1:])
+            for v, c in coeffs.items():
+                strides[v] = strides.get(v, 0) + c * step
+        if strides.get(inner) in (1, -1):
+            return False  # contiguous along the reduction: the row order vectorizes
+        if last in strides:
+            if strides[last] != 1:
+                return False
+            both = both or inner in strides
+    return both
 
 
 def _eager(e: Expr) -> bool:

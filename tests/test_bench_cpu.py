@@ -1,0 +1,84 @@
+"""The CPU benchmark suite (``benchmarks/bench_cpu.py``): a smoke run on the NumPy target
+writes the rows and a finite ratio to its JSON, and its agreement check flags a wrong
+result (a benchmark that cannot fail its check would time wrong code happily)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_BENCH_DIR = Path(__file__).resolve().parents[1] / "benchmarks"
+_SCRIPT = _BENCH_DIR / "bench_cpu.py"
+
+
+def _load(name: str):
+    """A benchmark module by name (the scripts import their siblings the same way)."""
+    if str(_BENCH_DIR) not in sys.path:
+        sys.path.insert(0, str(_BENCH_DIR))
+    return importlib.import_module(name)
+
+
+cases_module = _load("bench_cpu_cases")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """``bench_cpu.py --quick --target numpy --cases softmax --no-compile``: (JSON, stdout)."""
+    out = tmp_path_factory.mktemp("bench_cpu") / "bench_cpu.json"
+    cmd = [sys.executable, str(_SCRIPT), "--quick", "--target", "numpy", "--cases", "softmax",
+           "--no-compile", "--json", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_cpu.py failed:\n{done.stdout}\n{done.stderr}"
+    return json.loads(out.read_text()), done.stdout
+
+
+@pytest.mark.parametrize("row", cases_module.ROWS)
+def test_smoke_row_has_finite_times_and_ratio(smoke, row):
+    result, _ = smoke
+    (found,) = [r for r in result["rows"] if r["case"] == "softmax" and r["row"] == row]
+    for key in ("tegrad_ms", "torch_ms", "tegrad_over_torch", "tegrad_gflops", "pct_sgemm"):
+        assert math.isfinite(found[key]) and found[key] > 0, (row, key, found[key])
+    assert found["tegrad_over_torch"] == pytest.approx(found["tegrad_ms"] / found["torch_ms"])
+
+
+def test_smoke_checked_every_row_and_wrote_the_summary(smoke):
+    result, stdout = smoke
+    tegrad = {(c["row"], c["tensor"]) for c in result["checks"] if c["side"] == "tegrad"}
+    assert tegrad == {("forward", "out"), ("backward", "dX"), ("forward+backward", "out"),
+                      ("forward+backward", "dX")}
+    assert all(c["ok"] for c in result["checks"])
+    assert result["sgemm_gflops"] > 0 and result["threads"]["torch"] >= 1
+    assert isinstance(result["summary"]["softmax_backward_beats_torch"], bool)
+    assert "summary: median tegrad/torch" in stdout
+
+
+@pytest.mark.parametrize("perturb, ok", [(0.0, True), (1e-7, True), (1e-2, False)])
+def test_check_flags_a_wrong_result(perturb, ok):
+    bench = _load("bench_cpu")
+    case = cases_module.softmax_case(4, 8)
+    want = np.random.default_rng(0).standard_normal((4, 8))
+    got = (want + perturb * np.abs(want).max()).astype(np.float32)
+    (record,) = bench.check(case, "tegrad", "forward", [got], [want], ["out"])
+    assert record["ok"] is ok
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("softmax", ["softmax"]),
+    ("conv2d", ["conv2d_s1", "conv2d_s2"]),
+    ("matmul512, lstm", ["matmul512", "lstm"]),
+])
+def test_case_selection(spec, names):
+    picked = cases_module.select(cases_module.cases(quick=False), spec)
+    assert [c.name for c in picked] == names
+
+
+def test_case_selection_names_the_choices_for_an_unknown_case():
+    with pytest.raises(SystemExit, match="no case named nope; choose from matmul512"):
+        cases_module.select(cases_module.cases(quick=False), "nope")
