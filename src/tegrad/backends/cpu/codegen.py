@@ -493,7 +493,7 @@ def _column_order(body: Expr, axes, shape) -> bool:
             and body.where is None and axes and shape[-1] >= 8 and _eager(body.source)):
         return False
     last, inner = axes[-1], body.axes[-1]
-    both = False
+    both = False  # the reads that vary along both decide (per-row statistics do not)
     for x in walk(body.source):
         if not isinstance(x, Read) or not x.indices:
             continue
@@ -503,12 +503,10 @@ def _column_order(body: Expr, axes, shape) -> bool:
             step = math.prod(x.tensor.shape[m + 1:])
             for v, c in coeffs.items():
                 strides[v] = strides.get(v, 0) + c * step
-        if strides.get(inner) in (1, -1):
-            return False  # contiguous along the reduction: the row order vectorizes
-        if last in strides:
+        if strides.get(last) and strides.get(inner):
             if strides[last] != 1:
                 return False
-            both = both or inner in strides
+            both = True
     return both
 
 

@@ -1,0 +1,186 @@
+"""The compiled target (``target="cpu"``) against the NumPy reference backend.
+
+Every op of the op table (forward and gradients) and random programs (forward, gradient
+and every intermediate compute) give the reference's values on both targets; the plan
+fuses what it should (softmax backward is one kernel per row pass, layer-norm weight
+gradients reduce with the column order); gathers check their indices; results are
+deterministic; a second process loads the compiled library from the disk cache; with no
+compiler, ``target=None`` falls back to NumPy with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tegrad as tg
+from tegrad.backends.cpu import compiler
+
+try:
+    from .optable import SPECS
+    from .programs import programs, random_inputs
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from optable import SPECS
+    from programs import programs, random_inputs
+
+pytestmark = pytest.mark.skipif(compiler.compiler() is None, reason="no C compiler")
+
+RTOL = 1e-12  # of the largest magnitude: summation order and libmvec's last bits differ
+
+
+def assert_agree(got, want, what):
+    for g, w in zip(got, want, strict=True):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, what
+        if w.dtype.kind == "f":
+            scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-300)
+            same_nan = np.array_equal(np.isnan(g), np.isnan(w))
+            err = float(np.max(np.abs(np.nan_to_num(g - w)), initial=0.0)) / scale
+            assert same_nan and err <= RTOL, f"{what}: scaled difference {err:.3g}"
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=what)
+
+
+def both_targets(inputs, outputs, arrays):
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    got = tg.build(inputs, outputs, target="cpu")(*arrays)
+    return got, want
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_op_table_forward_and_gradients(spec):
+    inputs, out = spec.build()
+    diff = [inputs[k] for k in spec.diff]
+    head = tg.placeholder(out.shape, out.dtype, name="H")
+    outputs = [out, *tg.gradient(out, diff, head=head)]
+    rng = np.random.default_rng(7)
+    arrays = [*spec.make_inputs(rng), rng.standard_normal(out.shape).astype(out.dtype)]
+    got, want = both_targets([*inputs, head], outputs, arrays)
+    assert_agree(got, want, spec.name)
+
+
+@settings(max_examples=40, deadline=None)
+@given(program=programs(), seed=st.integers(0, 2**32 - 1))
+def test_random_programs(program, seed):
+    rng = np.random.default_rng(seed)
+    xs = random_inputs(program, rng)
+    head = tg.placeholder(program.output.shape, "float64", name="H")
+    grads = tg.gradient(program.output, program.inputs, head=head)
+    outputs = [*program.computes, *grads]
+    h = rng.standard_normal(program.output.shape)
+    got, want = both_targets([*program.inputs, head], outputs, [*xs, h])
+    assert_agree(got, want, "random program")
+
+
+def _kernels(f):
+    return [k for k in f.program.plan.kernels if k.kind == "general"]
+
+
+def test_softmax_backward_is_fused():
+    X = tg.placeholder((8, 300), "float32", "X")
+    H = tg.placeholder((8, 300), "float32", "H")
+    Y = tg.nn.softmax(X, -1)
+    f = tg.build([X, H], tg.gradient(Y, [X], H), target="cpu")
+    # the row max, then one kernel: both row sums and the elementwise pass per row
+    assert len(f.program.plan.kernels) <= 2
+    text = f.program.steps[-1].src.text
+    assert text.count("for (long r") == 2 and "omp simd reduction(+" in text
+
+
+def test_weight_gradient_reduces_in_column_order():
+    X = tg.placeholder((64, 96), "float32", "X")
+    W = tg.placeholder((96,), "float32", "W")
+    B = tg.placeholder((96,), "float32", "B")
+    H = tg.placeholder((64, 96), "float32", "H")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    f = tg.build([X, W, B, H], tg.gradient(Y, [W], H), target="cpu")
+    assert "cacc[j]" in f.program.steps[-1].src.text
+
+
+def test_bad_gather_index_raises():
+    E = tg.placeholder((5, 3), "float64", "E")
+    idx = tg.placeholder((4,), "int64", "idx")
+    out = tg.compute((4, 3), lambda i, j: E[idx[i], j], "rows")
+    f = tg.build([E, idx], out, target="cpu")
+    e = np.arange(15.0).reshape(5, 3)
+    np.testing.assert_array_equal(f(e, np.array([4, 0, 2, 2])), e[[4, 0, 2, 2]])
+    with pytest.raises(IndexError, match=r"rows: gather E\[\.\.\.\] index 0 got value 7"):
+        f(e, np.array([1, 7, 0, 0]))
+
+
+def test_scatter_results_are_deterministic():
+    E = tg.placeholder((50, 16), "float32", "E")
+    idx = tg.placeholder((4000,), "int64", "idx")
+    out = tg.compute((4000, 16), lambda i, j: E[idx[i], j], "emb")
+    H = tg.placeholder(out.shape, "float32", "H")
+    f = tg.build([E, idx, H], tg.gradient(out, [E], H), target="cpu")
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((50, 16)).astype("float32"), rng.integers(0, 50, 4000),
+            rng.standard_normal((4000, 16)).astype("float32"))
+    first = f(*args)[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(f(*args)[0], first)
+
+
+PROGRAM = """
+import sys, time
+import numpy as np
+import tegrad as tg
+from tegrad.backends.cpu import compiler
+if sys.argv[1] == "warm":
+    def refuse(*a):
+        raise AssertionError("compiled again although the cache holds the library")
+    compiler._compile = refuse
+X = tg.placeholder((16, 40), "float32", "X")
+H = tg.placeholder((16, 40), "float32", "H")
+f = tg.build([X, H], tg.gradient(tg.nn.log_softmax(X, -1), [X], H), target="cpu")
+x = np.linspace(-2, 2, 640, dtype="float32").reshape(16, 40)
+print(float(f(x, np.ones_like(x))[0].sum()))
+"""
+
+
+def test_second_process_loads_from_the_disk_cache(tmp_path):
+    env = {**os.environ, "TEGRAD_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": str(Path(tg.__file__).parents[1])}
+    script = tmp_path / "program.py"
+    script.write_text(textwrap.dedent(PROGRAM))
+    cold = subprocess.run([sys.executable, str(script), "cold"], env=env, capture_output=True,
+                          text=True, check=True)
+    libraries = sorted((tmp_path / "cpu").glob("*.so"))
+    assert len(libraries) == 1
+    warm = subprocess.run([sys.executable, str(script), "warm"], env=env, capture_output=True,
+                          text=True, check=False)
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout == cold.stdout
+    assert sorted((tmp_path / "cpu").glob("*.so")) == libraries
+
+
+def test_without_a_compiler_none_falls_back_and_cpu_refuses(monkeypatch):
+    from tegrad.backends import runtime
+
+    monkeypatch.setenv("CC", "no-such-compiler-anywhere")
+    monkeypatch.delenv("TEGRAD_TARGET", raising=False)
+    compiler.compiler.cache_clear()
+    monkeypatch.setattr(runtime, "_WARNED", [])
+    try:
+        X = tg.placeholder((3,), "float64", "X")
+        Y = tg.compute((3,), lambda i: X[i] * 2.0, "Y")
+        with pytest.raises(compiler.CompilerMissing, match="needs a C compiler"):
+            tg.build([X], Y, target="cpu")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            f = tg.build([X], Y)
+        assert f.target == "numpy"
+        assert any("falls back to the NumPy backend" in str(w.message) for w in caught)
+        np.testing.assert_array_equal(f(np.arange(3.0)), [0.0, 2.0, 4.0])
+    finally:
+        compiler.compiler.cache_clear()
