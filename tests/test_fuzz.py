@@ -35,6 +35,9 @@ try:
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     from programs import Program, programs, random_inputs
 
+# the reference backend: these properties are about autodiff and the simplifier; the
+# compiled target is checked against it on random programs in test_cpu.py
+TARGET = "numpy"
 H1, H2 = 1e-6, 1e-5
 RTOL, ATOL = 1e-5, 1e-7
 EPS = np.finfo(np.float64).eps
@@ -53,7 +56,7 @@ class Objective:
     """phi(xs) = sum(H * f(xs)) and its finite-difference estimates."""
 
     def __init__(self, program: Program, xs: list[np.ndarray], head: np.ndarray):
-        self.f = tg.build(program.inputs, program.output)
+        self.f = tg.build(program.inputs, program.output, target=TARGET)
         self.xs = xs
         self.head = head
         y = self.f(*xs)
@@ -94,7 +97,7 @@ def test_gradient_matches_finite_differences(program: Program, seed: int):
     grads = tg.gradient(program.output, program.inputs, head=head)
     for x, g in zip(program.inputs, grads, strict=True):
         assert g.shape == x.shape, f"gradient of {x.name} has shape {g.shape}, not {x.shape}"
-    vjp = tg.build([*program.inputs, head], grads)(*xs, head_value)
+    vjp = tg.build([*program.inputs, head], grads, target=TARGET)(*xs, head_value)
     for x, g in zip(xs, vjp, strict=True):
         assert np.all(np.isfinite(g)), "gradient is not finite"
         assert g.shape == x.shape
@@ -163,7 +166,7 @@ def _terms_scale(t, placeholders, arrays) -> np.ndarray:
     (mag,), twins = magnitude_graph([t])
     feed = dict(zip(placeholders, arrays, strict=True))
     feed.update({twins[p]: np.abs(a) for p, a in feed.items() if p in twins})
-    return np.asarray(tg.evaluate(mag, feed))
+    return np.asarray(tg.evaluate(mag, feed, target=TARGET))
 
 
 def _assert_same(t, got: np.ndarray, want: np.ndarray, what: str, detail,
@@ -194,14 +197,15 @@ def test_simplify_preserves_values(program: Program, seed: int):
     placeholders = [*program.inputs, *tangents, head]
     arrays = [rng.standard_normal(p.shape) for p in placeholders]
     computes = _topo_computes([out, *grads, jvp])
-    reference = tg.build(placeholders, computes)(*arrays)
+    reference = tg.build(placeholders, computes, target=TARGET)(*arrays)
 
     # the scatter forms autodiff starts from, before any simplification
     raw = _raw_derivatives(out, program.inputs, head, tangents)
     public_computes = set(computes)
     raw_computes = [t for t in _topo_computes(raw) if t not in public_computes]
     try:
-        raw_values = tg.build(placeholders, [*raw, *raw_computes])(*arrays) if raw else ()
+        raw_values = (tg.build(placeholders, [*raw, *raw_computes], target=TARGET)(*arrays)
+                      if raw else ())
     except tg.IRError:  # an ill-formed raw form is the simplifier's to rescue
         raw, raw_computes, raw_values = [], [], ()
     n = len(raw)
@@ -219,7 +223,7 @@ def test_simplify_preserves_values(program: Program, seed: int):
         )
         assert s.dtype == t.dtype, f"simplify changed the dtype of {t.name}"
         local = simplify_body(t) if simplify_body is not None else t
-        got_local, got = tg.build(placeholders, [local, s])(*arrays)
+        got_local, got = tg.build(placeholders, [local, s], target=TARGET)(*arrays)
         def terms(t=t):
             return _terms_scale(t, placeholders, arrays)
 
@@ -241,7 +245,7 @@ def test_forward_mode_agrees_with_reverse_mode(program: Program, seed: int):
     jvp = tg.jvp(out, program.inputs, tangents)
     assert jvp.shape == out.shape, f"jvp has shape {jvp.shape}, output {out.shape}"
     grads = tg.gradient(out, program.inputs, head=head)
-    f = tg.build([*program.inputs, *tangents, head], [jvp, *grads])
+    f = tg.build([*program.inputs, *tangents, head], [jvp, *grads], target=TARGET)
     jv, *vjp = f(*xs, *ts, head_value)
     forward = float(np.sum(head_value * jv))
     reverse = float(sum(np.sum(g * t) for g, t in zip(vjp, ts, strict=True)))
@@ -254,7 +258,7 @@ def test_forward_mode_agrees_with_reverse_mode(program: Program, seed: int):
     # the full Jacobian (head=None) contracted with H is the VJP
     if out.size * max(p.size for p in program.inputs) <= 2000:
         jacobians = tg.gradient(out, program.inputs)
-        js = tg.build(program.inputs, jacobians)(*xs)
+        js = tg.build(program.inputs, jacobians, target=TARGET)(*xs)
         for p, j, g in zip(program.inputs, js, vjp, strict=True):
             assert j.shape == out.shape + p.shape
             contracted = np.tensordot(head_value, j, axes=out.ndim) if out.ndim else head_value * j
