@@ -90,10 +90,10 @@ def test_softmax_backward_is_fused():
     H = tg.placeholder((8, 300), "float32", "H")
     Y = tg.nn.softmax(X, -1)
     f = tg.build([X, H], tg.gradient(Y, [X], H), target="cpu")
-    # the row max, then one kernel: both row sums and the elementwise pass per row
+    # the row max, then one kernel: per row, one loop for both row sums, one elementwise
     assert len(f.program.plan.kernels) <= 2
     text = f.program.steps[-1].src.text
-    assert text.count("for (long r") == 2 and "omp simd reduction(+" in text
+    assert text.count("for (long r") == 1 and text.count("reduction(+") == 2
 
 
 def test_weight_gradient_reduces_in_column_order():

@@ -50,6 +50,7 @@ from .c_ops import CTYPE
 PARALLEL_WORK = 1 << 17  # points x reduction width below which a kernel runs on one thread
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
+FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
 
 
 @dataclass(eq=False)
@@ -145,6 +146,7 @@ class KernelSource:
         size = math.prod(shape)
         parallel = size * _reduction_width(body_of) >= PARALLEL_WORK and size > 1
         body = _unshadow(body_of.body, frozenset(axes))
+        self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
         if _column_order(body, axes, shape):
             self._column_nest(body, axes, shape, parallel)
         else:
@@ -342,6 +344,11 @@ class KernelSource:
         else:
             identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
             here.items.append(f"{ctype} {acc} = {identity};")
+        siblings = self.siblings(e)
+        for r in siblings:
+            siblings[r] = self.fresh("acc")
+            identity = c_ops.literal(r.combiner.identity_value(r.dtype), r.dtype)
+            here.items.append(f"{CTYPE[r.dtype]} {siblings[r]} = {identity};")
         deepest = {}  # conjunct -> position of the last own axis it uses (-1: none)
         for c in rest:
             used = [k for k, a in enumerate(e.axes) if a in free_vars(c)]
@@ -373,18 +380,54 @@ class KernelSource:
         src = self.value(e.source)
         mask = [self.value(c) for c in rest if deepest[c] == last] if predicate else []
         inner.items.append(self.combine(e, acc, src, " && ".join(mask), names))
+        for r, r_acc in siblings.items():
+            r_src = self.value(substitute(r.source, dict(zip(r.axes, e.axes, strict=True))))
+            inner.items.append(self.combine(r, r_acc, r_src, "", names))
         innermost_loop = opened[-1] if opened and opened[-1].loop else None
         for block in reversed(opened):
             self.stack.pop()
             self.stack[-1].items.append(block)
-        if (innermost_loop is not None and kind in ("sum", "prod") and dt.is_float(e.dtype)
-                and not innermost_loop.has_blocks() and not self.has_check):
-            op = "+" if kind == "sum" else "*"
-            innermost_loop.head.insert(0, f"#pragma omp simd reduction({op}:{acc})")
+        for r, r_acc in siblings.items():
+            self.memo[r] = (r_acc, here)
+        accumulators = [(e, acc), *((r, a) for r, a in siblings.items())]
+        if (innermost_loop is not None and not innermost_loop.has_blocks() and not self.has_check
+                and all(r.combiner.kind in ("sum", "prod") and dt.is_float(r.dtype)
+                        for r, _ in accumulators)):
+            clauses = " ".join(f"reduction({'+' if r.combiner.kind == 'sum' else '*'}:{a})"
+                               for r, a in accumulators)
+            innermost_loop.head.insert(0, f"#pragma omp simd {clauses}")
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old
         return acc
+
+    def siblings(self, e: Reduce) -> dict:
+        """Other reductions of the body over the same ranges, with no ``where``, placed in
+        the same block, independent of ``e`` and safe to evaluate unguarded: computed in
+        ``e``'s loop (one pass over a layer-norm row instead of three). Keys only; the
+        caller fills in their accumulators."""
+        if e.where is not None or e.combiner.kind not in FUSABLE:
+            return {}
+        here = len(self.stack) - 1
+        bound = frozenset().union(*(b.binds for b in self.stack))
+        spans = [(a.lo, a.extent) for a in e.axes]
+        inside_e = set(walk(e))
+        found: dict = {}
+        for r in self.reductions:
+            if (r is e or r in found or r.where is not None or r.combiner.kind not in FUSABLE
+                    or [(a.lo, a.extent) for a in r.axes] != spans or r in inside_e):
+                continue
+            hit = self.memo.get(r)
+            if hit is not None and any(hit[1] is b for b in self.stack):
+                continue
+            if not free_vars(r) <= bound or self.place(r) != here or not _reads_in_bounds(r):
+                continue
+            nodes = walk(r)  # e's axes may name r's own, not one bound inside r
+            if e in nodes or any(isinstance(x, Var) and x in e.axes and x not in r.axes
+                                 for x in nodes):
+                continue
+            found[r] = None
+        return found
 
     def loop_bounds(self, e: Reduce, names: dict):
         """Per axis ``(lo, hi)`` C expressions (half-open), and the conjuncts left over."""
@@ -513,9 +556,11 @@ def _column_order(body: Expr, axes, shape) -> bool:
 def _eager(e: Expr) -> bool:
     """True when ``e`` may be evaluated whatever guards it sits under: no reduction, and
     every read in bounds over the full ranges of its variables."""
+    return not any(isinstance(x, Reduce) for x in walk(e)) and _reads_in_bounds(e)
+
+
+def _reads_in_bounds(e: Expr) -> bool:
     for x in walk(e):
-        if isinstance(x, Reduce):
-            return False
         if isinstance(x, Read):
             for index, dim in zip(x.indices, x.tensor.shape, strict=True):
                 if not is_pure_index(index):
