@@ -28,12 +28,14 @@ PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling threa
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 
 
-def run_kernel(kernel, arrays, evaluate_compute):
+def run_kernel(kernel, arrays, evaluate_compute, matmul=np.matmul):
+    """``matmul(a, b, out=None)``: the batched product the contractions call (a compiled
+    backend passes its own, see ``backends/cpu/gemm.py``)."""
     if kernel.kind == "general":
         body_of = getattr(kernel.detail, "body_of", kernel.tensor)
         return evaluate_compute(body_of, arrays)
     if kernel.kind == "contraction":
-        return run_contraction(kernel.detail, arrays)
+        return run_contraction(kernel.detail, arrays, matmul)
     if kernel.kind == "scatter":
         return run_scatter(kernel.detail, arrays, kernel.tensor.name)
     raise NotImplementedError(kernel.kind)
@@ -42,16 +44,17 @@ def run_kernel(kernel, arrays, evaluate_compute):
 # contractions ---------------------------------------------------------------------------
 
 
-def run_contraction(c: Contraction, arrays: dict) -> np.ndarray:
+def run_contraction(c: Contraction, arrays: dict, matmul=np.matmul) -> np.ndarray:
     acc = np.dtype(c.dtype)
     out = (np.empty if c.covers else np.zeros)(c.shape, dtype=acc)
     cache: dict = {}
     for piece in c.pieces:
-        _run_piece(piece, arrays, out, not c.disjoint, cache)
+        _run_piece(piece, arrays, out, not c.disjoint, cache, matmul)
     return out if c.out_dtype == c.dtype else out.astype(c.out_dtype)
 
 
-def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict) -> None:
+def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict,
+               matmul) -> None:
     ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
     target = _view(out, p.out_index, ranges, writeable=True)[0]
     pitch: dict = {}
@@ -69,7 +72,7 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
                 target[...] = 0
             return
         ops.append(op)
-    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate)
+    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate, matmul)
 
 
 def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
@@ -133,7 +136,7 @@ def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None):
     return _view(buf, f.index, ranges, origin=[lo for lo, _ in box])
 
 
-def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
+def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, matmul):
     present = set().union(*(vs for _, vs in ops))
     scale *= math.prod(ext[v] for v in red_vars if v not in present)
     summed = []
@@ -145,7 +148,7 @@ def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
             vs = [v for v in vs if v in others]
         summed.append((a, vs))
     if len(summed) == 2:
-        _matmul(summed, out_vars, target, ext, scale, accumulate)
+        _matmul(summed, out_vars, target, ext, scale, accumulate, matmul)
         return
     if len(summed) == 1:
         result, rvars = summed[0]
@@ -173,7 +176,7 @@ def _write(target, out_vars, result, rvars, accumulate):
         _copy(target, result)
 
 
-def _matmul(ops, out_vars, target, ext, scale, accumulate):
+def _matmul(ops, out_vars, target, ext, scale, accumulate, matmul):
     (a, av), (b, bv) = ops
     sa, sb = set(av), set(bv)
     outs = [v for v in out_vars if v in sa or v in sb]
@@ -206,7 +209,7 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
     blocks = 1 if lead is None else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
-        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
+        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, matmul)
         return
     step = -(-ext[lead] // blocks)
     for lo in range(0, ext[lead], step):
@@ -216,12 +219,13 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
         sub = {**ext, lead: cut.stop - cut.start}
         if lead in out_vars:
             ts = target[(slice(None),) * out_vars.index(lead) + (cut,)]
-            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate)
+            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate, matmul)
         else:
-            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
+            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
+                  matmul)
 
 
-def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
+def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, matmul):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N)."""
     prefix, m_vars, n_vars, k_vars = layout
     xm = _arrange(x, xv, prefix, m_vars, k_vars, ext, "x")
@@ -251,12 +255,12 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
         if direct is not None and not _c_blasable(direct):
             direct = None
     if direct is not None:
-        np.matmul(xm, ym, out=direct)
+        matmul(xm, ym, out=direct)
         return
     if swap:
-        result = np.swapaxes(np.matmul(np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)), -1, -2)
+        result = np.swapaxes(matmul(np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)), -1, -2)
     else:
-        result = np.matmul(xm, ym)
+        result = matmul(xm, ym)
     result = result.reshape([ext[v] for v in rvars])
     _write(target, out_vars, result, rvars, accumulate)
 

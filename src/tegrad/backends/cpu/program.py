@@ -24,6 +24,7 @@ from ..scan_run import run_scan
 from .c_ops import PRELUDE
 from .codegen import KernelSource
 from .compiler import load
+from .gemm import matmul, one_blas_thread
 
 
 def num_threads() -> int:
@@ -88,12 +89,16 @@ class _Compiled:
 _THREADS = num_threads()
 
 
+def _matmul(a, b, out=None):
+    return matmul(a, b, out=out, threads=_THREADS)
+
+
 class CpuProgram:
     def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
         self.plan = fuse(plan)
         self.inputs = inputs
         self.dead_after = _dead_after(self.plan)
-        top = unit is None
+        top = self.top = unit is None
         unit = unit or _Unit()
         self.steps = []
         for kernel in self.plan.kernels:
@@ -108,6 +113,12 @@ class CpuProgram:
             unit.load()
 
     def run(self, feed: dict) -> list[np.ndarray]:
+        if not self.top:
+            return self._run(feed)
+        with one_blas_thread():  # one thread pool: see gemm.py
+            return self._run(feed)
+
+    def _run(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
         for k, kernel in enumerate(self.plan.kernels):
             step = self.steps[k]
@@ -116,7 +127,7 @@ class CpuProgram:
             elif step is not None:
                 arrays[kernel.tensor] = step(arrays)
             else:
-                arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute)
+                arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute, _matmul)
             for t in self.dead_after[k]:
                 del arrays[t]
         return [arrays[t] for t in self.plan.outputs]

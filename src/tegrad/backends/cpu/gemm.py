@@ -1,0 +1,198 @@
+"""Matrix products on the compiled target's threads: BLAS called from OpenMP.
+
+NumPy's OpenBLAS runs its own worker threads, which spin for about 0.1 s after every
+call; tegrad's kernels run on OpenMP's. On a machine with as many threads as cores the
+two pools fight for the cores whenever one hands over to the other, and each hand-over
+costs a scheduler time slice (measured here: a 0.1 ms kernel takes 4 ms right after a
+GEMM, and the GEMM 4 ms right after the kernel). So the compiled target keeps one pool:
+while a program runs, OpenBLAS is set to one thread, and each product is split into
+``threads`` blocks of rows (or of columns, whichever dimension is longer; or batches)
+that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below).
+
+The BLAS is NumPy's own (found among the loaded libraries: ``scipy_cblas_sgemm64_`` in
+NumPy's wheels, or a plain ``cblas_sgemm``). Where none is found, or an operand's layout
+is not one BLAS takes, ``matmul`` is ``np.matmul``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from contextlib import contextmanager
+
+import numpy as np
+
+_HELPER = r"""
+#include <stdint.h>
+typedef BLASINT bi;
+typedef void (*sgemm_t)(int, int, int, bi, bi, bi, float, const float *, bi,
+                        const float *, bi, float, float *, bi);
+typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
+                        const double *, bi, double, double *, bi);
+
+void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
+             const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
+             char *C, long sc, long ldc, int nthreads) {
+  long size = dbl ? 8 : 4;
+  long chunks = 1, by_rows = M >= N;
+  if (batch < nthreads) chunks = (nthreads + batch - 1) / batch;
+  long extent = by_rows ? M : N;
+  if (chunks > extent) chunks = extent;
+  if (chunks < 1) chunks = 1;
+  long items = batch * chunks;
+  int threads = (double)M * N * K >= MIN_PARALLEL_MACS ? nthreads : 1;
+  #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
+  for (long w = 0; w < items; w++) {
+    long b = w / chunks, c = w % chunks;
+    long lo = extent * c / chunks, hi = extent * (c + 1) / chunks;
+    const char *a = A + b * sa * size, *bb = B + b * sb * size;
+    char *cc = C + b * sc * size;
+    long m = M, n = N;
+    if (by_rows) { a += (ta ? lo : lo * lda) * size; cc += lo * ldc * size; m = hi - lo; }
+    else { bb += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
+    if (m <= 0 || n <= 0) continue;
+    if (dbl)
+      ((dgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0, (const double *)a, lda,
+                    (const double *)bb, ldb, 0.0, (double *)cc, ldc);
+    else
+      ((sgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0f, (const float *)a, lda,
+                    (const float *)bb, ldb, 0.0f, (float *)cc, ldc);
+  }
+}
+"""
+MIN_PARALLEL_MACS = 1 << 20  # smaller products run on the calling thread
+
+_NAMES = (  # (sgemm, dgemm, set threads, get threads, 64-bit integers)
+    ("scipy_cblas_sgemm64_", "scipy_cblas_dgemm64_", "scipy_openblas_set_num_threads64_",
+     "scipy_openblas_get_num_threads64_", True),
+    ("cblas_sgemm64_", "cblas_dgemm64_", "openblas_set_num_threads64_",
+     "openblas_get_num_threads64_", True),
+    ("cblas_sgemm", "cblas_dgemm", "openblas_set_num_threads", "openblas_get_num_threads",
+     False),
+)
+
+
+class _Blas:
+    def __init__(self):
+        self.found = False
+        for path in _loaded_blas_paths():
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            for s, d, set_n, get_n, wide in _NAMES:
+                if hasattr(lib, s) and hasattr(lib, d):
+                    self.sgemm = ctypes.cast(getattr(lib, s), ctypes.c_void_p).value
+                    self.dgemm = ctypes.cast(getattr(lib, d), ctypes.c_void_p).value
+                    self.set_threads = getattr(lib, set_n, None)
+                    self.get_threads = getattr(lib, get_n, None)
+                    self.wide = wide
+                    self.found = True
+                    return
+
+    def helper(self):
+        from .compiler import load
+
+        source = (_HELPER.replace("BLASINT", "int64_t" if self.wide else "int")
+                  .replace("MIN_PARALLEL_MACS", f"{float(MIN_PARALLEL_MACS)!r}"))
+        fn = load(source).tg_gemm
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
+                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
+                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
+                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
+        return fn
+
+
+def _loaded_blas_paths() -> list[str]:
+    np.dot(np.ones((2, 2)), np.ones((2, 2)))  # NumPy loads its BLAS lazily on some builds
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "blas" in line.lower()}
+    except OSError:
+        return []
+    return sorted(p for p in paths if p.startswith("/"))
+
+
+_STATE: dict = {}
+
+
+def _blas() -> _Blas:
+    if "blas" not in _STATE:
+        _STATE["blas"] = _Blas()
+    return _STATE["blas"]
+
+
+@contextmanager
+def one_blas_thread():
+    """OpenBLAS on one thread for the duration (products are split by ``matmul``)."""
+    blas = _blas()
+    if not blas.found or blas.set_threads is None or blas.get_threads is None:
+        yield
+        return
+    before = blas.get_threads()
+    blas.set_threads(1)
+    try:
+        yield
+    finally:
+        blas.set_threads(before)
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int = 1):
+    """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
+    split over ``threads`` OpenMP threads."""
+    blas = _blas()
+    if (not blas.found or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64)
+            or a.ndim < 2 or b.ndim < 2):
+        return np.matmul(a, b, out=out)
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    prefix = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    if out is None:
+        out = np.empty((*prefix, M, N), a.dtype)
+    if out.shape != (*prefix, M, N) or out.dtype != a.dtype or 0 in out.shape or K == 0:
+        return np.matmul(a, b, out=out)
+    am, bm = _batched(a, prefix), _batched(b, prefix)
+    try:  # the result is written in place: it must be a view
+        cm = out[None] if not prefix else np.reshape(out, (-1, M, N), copy=False)
+    except ValueError:
+        return np.matmul(a, b, out=out)
+    la, lb, lc = _layout(am, M, K), _layout(bm, K, N), _layout(cm, M, N)
+    if la is None or lb is None or lc is None or lc[1]:
+        return np.matmul(a, b, out=out)
+    size = a.itemsize
+    if "gemm" not in _STATE:
+        _STATE["gemm"] = blas.helper()
+    _STATE["gemm"](blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M, N,
+                   K, am.ctypes.data, am.strides[0] // size, la[0], la[1], bm.ctypes.data,
+                   bm.strides[0] // size, lb[0], lb[1], cm.ctypes.data, cm.strides[0] // size,
+                   lc[0], threads)
+    return out
+
+
+def _batched(x: np.ndarray, prefix: tuple) -> np.ndarray:
+    """``x`` broadcast over ``prefix`` as one batch dimension (a view; strides may be 0)."""
+    x = np.broadcast_to(x, (*prefix, *x.shape[-2:])) if x.shape[:-2] != prefix else x
+    if not prefix:
+        return x[None]
+    try:
+        return np.reshape(x, (-1, *x.shape[-2:]), copy=False)
+    except ValueError:
+        return np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
+
+
+def _layout(m: np.ndarray, rows: int, cols: int):
+    """``(leading dimension, transposed)`` of the matrices of ``m``, or None: element
+    ``(i, j)`` at ``i ld + j`` (row-major) or at ``j ld + i`` (transposed)."""
+    size = m.itemsize
+    if m.strides[1] % size or m.strides[2] % size:
+        return None
+    s0, s1 = m.strides[1] // size, m.strides[2] // size
+    if cols == 1 or s1 == 1:
+        ld = s0 if rows > 1 else max(cols, 1)
+        if ld >= max(cols, 1):
+            return ld, False
+    if rows == 1 or s0 == 1:
+        ld = s1 if cols > 1 else max(rows, 1)
+        if ld >= max(rows, 1):
+            return ld, True
+    return None
