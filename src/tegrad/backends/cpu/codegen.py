@@ -66,6 +66,7 @@ class KernelSource(ReductionEmitter):
         self.bound: dict = {}  # prefix -> variables named so far
         self.counter = 0
         self.memo: dict = {}
+        self.emitting: set = set()  # reductions whose loops are being written
         self.root = Block()
         self.stack = [self.root]
         self.text = self._function(body_of)

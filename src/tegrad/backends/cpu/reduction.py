@@ -51,6 +51,7 @@ class ReductionEmitter:
             identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
             here.items.append(f"{ctype} {acc} = {identity};")
         siblings = self.siblings(e)
+        self.emitting.update([e, *siblings])  # not a sibling of anything they contain
         for r in siblings:
             siblings[r] = self.fresh("acc")
             identity = c_ops.literal(r.combiner.identity_value(r.dtype), r.dtype)
@@ -105,6 +106,7 @@ class ReductionEmitter:
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old
+        self.emitting.difference_update([e, *siblings])
         return acc
 
     def siblings(self, e: Reduce) -> dict:
@@ -120,7 +122,8 @@ class ReductionEmitter:
         inside_e = set(walk(e))
         found: dict = {}
         for r in self.reductions:
-            if (r is e or r in found or r.where is not None or r.combiner.kind not in FUSABLE
+            if (r is e or r in found or r in self.emitting or r.where is not None
+                    or r.combiner.kind not in FUSABLE
                     or [(a.lo, a.extent) for a in r.axes] != spans or r in inside_e):
                 continue
             hit = self.memo.get(r)
