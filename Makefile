@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run tour report-readme test bench bench-check bench-lstm bench-networks fuzz clean
+.PHONY: setup run tour report-readme test bench bench-cpu bench-check bench-lstm bench-networks fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,10 @@ fuzz: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_gradients.py
+
+# the compiled target against torch and jax.jit (writes reports/bench_cpu.json)
+bench-cpu: setup
+	$(BIN)/python benchmarks/bench_cpu.py --markdown
 
 bench-check: setup
 	$(BIN)/python benchmarks/bench_gradcheck.py --markdown

@@ -1,37 +1,249 @@
-"""Running a scan kernel: the time loop over a step program, on any backend."""
+"""Running a scan kernel: the time loop over a step program, on any backend.
+
+Every state's history is, by default, a ``(T, ...)`` array: the init rows, then the step
+program once per step ``t in [k0, T)``, its per-step placeholders fed with rows of the
+histories and of the inputs.
+
+A state the plan checkpoints (``kernel.checkpointed``, from ``lower/checkpoint.py``) is
+returned as a ``CheckpointedHistory`` instead: the steps run in segments ``[s_j, e_j)`` of
+``k`` steps, each into a fresh buffer; before segment ``j`` the forward stores the rows it
+restarts from (``t - 1 ... t - L`` at ``s_j``, ``L`` the state's largest lag), and keeps
+the last segment's buffer. Row ``r`` is an init row or row ``r - s_j`` of segment ``j``,
+recomputed from its restart rows by the same step program on the same inputs (states
+kept whole are read from their histories) when it is not among the ``segments_cached``
+most recently used. A reader moving backwards in time (the adjoint scan) thus recomputes
+every segment but the last once: ``T - k0 - len(last segment)`` more steps. Rows are never
+overwritten once returned (each recompute fills a new buffer), so a row fed to a reader's
+step stays valid however the segments are evicted.
+"""
 
 from __future__ import annotations
 
+import weakref
+from collections import OrderedDict
+
 import numpy as np
+
+from ..lower.checkpoint import Segments, largest_lags
 
 
 def run_scan(kernel, arrays: dict, make_program) -> dict:
-    """The states' histories: init rows, then the step program once per step, its
-    per-step placeholders fed with views of the histories and of the inputs (zeros for a
-    row outside the tensor: such reads are guarded in the body). ``make_program(plan,
-    inputs)`` is the backend's program class, which runs the step plan."""
-    op, step = kernel.op, kernel.step
-    program = make_program(kernel.plan, step.placeholders())
-    states = []
+    """The states' histories (arrays, or ``CheckpointedHistory`` for the states the plan
+    checkpoints). ``make_program(plan, inputs)`` is the backend's program class, which runs
+    the step plan. A row of a tensor read outside it is zeros: such reads are guarded in
+    the body."""
+    op = kernel.op
+    stepper = _Stepper(kernel, arrays, make_program)
+    if kernel.checkpointed:
+        engine = _Checkpoints(kernel, stepper, arrays)
+        return {out: engine.whole[n] if n in engine.whole else
+                CheckpointedHistory(engine, n, out.shape, out.dtype, weak=n in kernel.unread)
+                for n, out in enumerate(op.outputs)}
+    histories = []
     for init, s in zip(op.inits, op.states, strict=True):
         history = np.empty(s.shape, s.dtype)
         history[: op.init_rows] = arrays[init]
-        states.append(history)
-    feed = {t: arrays[t] for t in step.full}
-    outside = {}
-    for t in range(op.init_rows, op.length):
-        for (n, lag), p in step.lagged.items():
-            feed[p] = states[n][t - lag] if t - lag >= 0 else _zeros(outside, p)
-        for (u, a, b), p in step.sliced.items():
-            row = a * t + b
-            feed[p] = arrays[u][row] if 0 <= row < u.shape[0] else _zeros(outside, p)
-        feed[step.time] = np.asarray(t, step.time.dtype)
-        for history, value in zip(states, program.run(feed), strict=True):
-            history[t] = value
-    return dict(zip(op.outputs, states, strict=True))
+        histories.append(history)
+
+    def write(n: int, t: int, value) -> None:
+        histories[n][t] = value
+
+    stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], write)
+    return dict(zip(op.outputs, histories, strict=True))
 
 
-def _zeros(cache: dict, p) -> np.ndarray:
-    if p not in cache:
-        cache[p] = np.zeros(p.shape, p.dtype)
-    return cache[p]
+class _Stepper:
+    """The step program with its inputs: ``run(start, stop, read_row, write_row)`` runs
+    steps ``[start, stop)``, reading lagged state rows through ``read_row(n, r)`` and
+    handing each new row to ``write_row(n, t, value)`` (which copies it: a program may
+    reuse its output buffers)."""
+
+    def __init__(self, kernel, arrays: dict, make_program):
+        step = kernel.step
+        self.step = step
+        self.program = make_program(kernel.plan, step.placeholders())
+        self.sliced = [(p, a, b, arrays[u]) for (u, a, b), p in step.sliced.items()]
+        self.feed = {t: arrays[t] for t in step.full}
+        self.zeros: dict = {}
+
+    def run(self, start: int, stop: int, read_row, write_row) -> None:
+        step, feed = self.step, self.feed
+        for t in range(start, stop):
+            for (n, lag), p in step.lagged.items():
+                feed[p] = read_row(n, t - lag) if t - lag >= 0 else self._zeros(p)
+            for p, a, b, array in self.sliced:
+                row = a * t + b
+                feed[p] = array[row] if 0 <= row < array.shape[0] else self._zeros(p)
+            feed[step.time] = np.asarray(t, step.time.dtype)
+            for n, value in enumerate(self.program.run(feed)):
+                write_row(n, t, value)
+        for p in [*step.lagged.values(), *step.sliced.values()]:  # rows are views: do not
+            feed.pop(p, None)  # keep a segment's buffer alive through them
+
+    def _zeros(self, p) -> np.ndarray:
+        if p not in self.zeros:
+            self.zeros[p] = np.zeros(p.shape, p.dtype)
+        return self.zeros[p]
+
+
+class _Checkpoints:
+    """The forward run of a checkpointed scan and the recompute of its segments, shared by
+    the ``CheckpointedHistory`` of each checkpointed state (one recompute fills them all)."""
+
+    def __init__(self, kernel, stepper: _Stepper, arrays: dict):
+        op = kernel.op
+        self.op, self.stepper = op, stepper
+        self.segments = Segments(op.init_rows, op.length, op.checkpoint)
+        self.marked = sorted(kernel.checkpointed)
+        lags = largest_lags(kernel.step, len(op.states))
+        self.lags = {n: lags[n] for n in self.marked}
+        self.capacity = max(1, kernel.segments_cached)
+        self.init = {n: np.array(arrays[op.inits[n]], op.states[n].dtype, copy=True)
+                     for n in self.marked}
+        # the states kept whole; the engine holds no CheckpointedHistory (they hold it),
+        # so it is freed with the last of them, without waiting for the cycle collector
+        self.whole: dict[int, np.ndarray] = {}
+        for n, (init, s) in enumerate(zip(op.inits, op.states, strict=True)):
+            if n not in self.init:
+                self.whole[n] = np.empty(s.shape, s.dtype)
+                self.whole[n][: op.init_rows] = arrays[init]
+        self.restart: list[dict[int, np.ndarray]] = []
+        self.cache: OrderedDict[int, dict[int, np.ndarray]] = OrderedDict()
+        self.recomputed_steps = 0
+        self._forward()
+
+    def _forward(self) -> None:
+        buffers = None
+        for j in range(self.segments.count):
+            if j:  # restart rows: the previous segment's reader has them all
+                read = self._reader(j - 1, buffers)
+                self.restart.append({n: self._stack(n, [read(n, r) for r in
+                                                        self.segments.restart_rows(j, lag)])
+                                     for n, lag in self.lags.items()})
+            else:  # segment 0 restarts from the init rows
+                self.restart.append({n: self._stack(n, []) for n in self.marked})
+            buffers = self._run_segment(j, forward=True)
+        self.cache[self.segments.count - 1] = buffers
+
+    def _stack(self, n: int, rows: list) -> np.ndarray:
+        state = self.op.states[n]
+        return np.stack(rows) if rows else np.empty((0, *state.shape[1:]), state.dtype)
+
+    def _reader(self, j: int, buffers: dict):
+        """``read(n, r)``: state ``n``'s row ``r`` while segment ``j`` runs (``r`` below
+        the segment: restart or init rows; inside: the segment's own buffer)."""
+        start = self.segments.bounds(j)[0]
+        restart, whole = self.restart[j], self.whole
+
+        def read(n: int, r: int):
+            if n in whole:
+                return whole[n][r]
+            if r >= start:
+                return buffers[n][r - start]
+            if r < self.op.init_rows:
+                return self.init[n][r]
+            rows = restart[n]
+            return rows[r - (start - len(rows))]
+
+        return read
+
+    def _run_segment(self, j: int, forward: bool) -> dict[int, np.ndarray]:
+        start, stop = self.segments.bounds(j)
+        buffers = {n: np.empty((stop - start, *self.op.states[n].shape[1:]),
+                               self.op.states[n].dtype) for n in self.marked}
+        whole = self.whole
+
+        def write(n: int, t: int, value) -> None:
+            if n in buffers:
+                buffers[n][t - start] = value
+            elif forward:  # a state kept whole: its history is written once
+                whole[n][t] = value
+
+        self.stepper.run(start, stop, self._reader(j, buffers), write)
+        return buffers
+
+    def row(self, n: int, r: int) -> np.ndarray:
+        if r < self.op.init_rows:
+            return self.init[n][r]
+        j = self.segments.of_row(r)
+        buffers = self.cache.get(j)
+        if buffers is None:
+            buffers = self._run_segment(j, forward=False)
+            start, stop = self.segments.bounds(j)
+            self.recomputed_steps += stop - start
+            self.cache[j] = buffers
+            while len(self.cache) > self.capacity:
+                self.cache.popitem(last=False)
+        else:
+            self.cache.move_to_end(j)
+        return buffers[n][r - self.segments.bounds(j)[0]]
+
+    def stored_bytes(self, n: int) -> int:
+        held = [self.init[n], *(rows[n] for rows in self.restart),
+                *(buffers[n] for buffers in self.cache.values())]
+        return sum(a.nbytes for a in held)
+
+
+class CheckpointedHistory:
+    """State ``n``'s history ``(T, ...)`` of a checkpointed scan, standing for the array:
+    ``history[r]`` (an integer row) returns the row, recomputing its segment when it is not
+    cached; ``np.asarray(history)`` rebuilds the whole array (every segment recomputed:
+    the planner gives a checkpointed history only row readers, so this is for tests and
+    debugging). ``nbytes`` is what it holds now, ``full_nbytes`` what the array would.
+
+    The checkpoints live as long as a history holding them: ``weak`` (for a state no
+    kernel reads, which a program keeps to its end) does not hold them."""
+
+    def __init__(self, engine: _Checkpoints, n: int, shape: tuple[int, ...], dtype: str,
+                 weak: bool = False):
+        self._held = None if weak else engine
+        self._weak = weakref.ref(engine)
+        self._n, self._name = n, engine.op.outputs[n].name
+        self.shape, self.dtype, self.ndim = tuple(shape), np.dtype(dtype), len(shape)
+
+    @property
+    def _engine(self) -> _Checkpoints:
+        engine = self._weak()
+        if engine is None:
+            raise RuntimeError(f"the checkpoints of {self._name} are freed: the plan found "
+                               "no reader of this history")
+        return engine
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, row) -> np.ndarray:
+        if isinstance(row, (bool, np.bool_)) or not isinstance(row, (int, np.integer)):
+            raise TypeError(
+                f"checkpointed history of {self._name}: only "
+                f"single rows (history[r]) can be read, not {row!r}; np.asarray(history) "
+                "rebuilds the whole array")
+        r = int(row) + (self.shape[0] if row < 0 else 0)
+        if not 0 <= r < self.shape[0]:
+            raise IndexError(f"row {row} of a history of {self.shape[0]} rows")
+        return self._engine.row(self._n, r)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        whole = np.empty(self.shape, self.dtype)
+        for r in range(self.shape[0]):
+            whole[r] = self[r]
+        return whole if dtype is None else whole.astype(dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self._engine.stored_bytes(self._n)
+
+    @property
+    def full_nbytes(self) -> int:
+        return int(np.prod(self.shape)) * self.dtype.itemsize
+
+    @property
+    def recomputed_steps(self) -> int:
+        """Steps recomputed so far for this scan's checkpointed states (all of them)."""
+        return self._engine.recomputed_steps
+
+    def __repr__(self) -> str:
+        engine = self._weak()
+        held = "freed" if engine is None else f"holding {self.nbytes} of"
+        return (f"CheckpointedHistory({self._name}, shape={self.shape}, {held} "
+                f"{self.full_nbytes} bytes)")

@@ -83,7 +83,7 @@ def _rebuild_scan(op, new: dict, leaf, rebuild) -> dict:
     for c in op.body:
         inner[c] = rebuild(c, inner)
     outs = scan([new[i] for i in op.inits], [inner[u] for u in op.updates], states,
-                name=op.name)
+                name=op.name, checkpoint=op.checkpoint)
     return dict(zip(op.outputs, outs, strict=True))
 
 

@@ -123,6 +123,8 @@ def _format_scan(t) -> str:
     lines = [f"{t.name} = scan(states [{states}], first {op.init_rows} row(s) from "
              f"[{', '.join(i.name for i in op.inits)}], then for t in [{op.init_rows}, "
              f"{op.length}):"]
+    if getattr(op, "checkpoint", None):
+        lines[0] = lines[0][:-1] + f" (checkpoint every {op.checkpoint} steps):"
     lines += ["    " + format_tensor(c) for c in op.body]
     updates = ", ".join(f"{s.name}[t] = {u.name}[t]" for s, u in zip(op.states, op.updates,
                                                                      strict=True))

@@ -19,10 +19,19 @@ placeholder ``X@(a, b)``, any other use of ``t`` reads a 0-d integer placeholder
 full external tensors stay as they are. The executor runs that graph once per step
 (vectorized within the step); the differentiation rules (``autodiff/scan_rules.py``)
 differentiate it and lift the result back over time with ``lift``.
+
+Checkpointing (``checkpoint=k``) changes how a history is stored, never what it means:
+a state history that is read only row by row by other scans (the adjoint scan of the
+backward) keeps, instead of its ``T`` rows, the init rows and at every ``k``-th step the
+rows the recurrence needs to restart there (``t - 1 ... t - maxlag``); a row asked for
+later is recomputed with its segment of ``k`` steps. Memory ``O(T / k * maxlag + k)``
+rows instead of ``O(T)``, for one more run of the forward steps. Which histories qualify
+is decided per plan (``lower/checkpoint.py``); the executor is ``backends/scan_run.py``.
 """
 
 from __future__ import annotations
 
+import numbers
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +63,7 @@ class ScanOp:
     external: tuple[Tensor, ...]  # tensors of the enclosing graph the body reads
     outputs: list = field(default_factory=list)  # the ScanOutput tensors, one per state
     _step: object = None
+    checkpoint: int | None = None  # k: checkpoint every k steps (None: keep the history)
 
     def step(self) -> StepGraph:
         if self._step is None:
@@ -76,9 +86,17 @@ class ScanOutput(Tensor):
         return [*self.op.inits, *self.op.external]
 
 
-def scan(init, update, state_placeholder, inputs=None, name: str | None = None):
+def scan(init, update, state_placeholder, inputs=None, name: str | None = None, *,
+         checkpoint: int | None = None):
     """``tg.scan``: see the module header. Lists give several states (the result is then
-    a list); ``inputs`` is accepted for TVM compatibility (the body's reads are found)."""
+    a list); ``inputs`` is accepted for TVM compatibility (the body's reads are found).
+
+    ``checkpoint=k`` (an int >= 1) trades time for memory in programs that differentiate
+    the scan: a state history read only by the backward's adjoint scan is stored as
+    checkpoints every ``k`` steps and recomputed one segment at a time when the backward
+    reads it (about one more forward run; ``k`` near ``sqrt(T)`` stores the least). The
+    values are the same; a history read by anything else (a loss, a plan output) is kept
+    whole. ``None`` (the default) keeps every history."""
     single = not isinstance(state_placeholder, (list, tuple))
     inits = [init] if single else list(init)
     updates = [update] if single else list(update)
@@ -89,6 +107,7 @@ def scan(init, update, state_placeholder, inputs=None, name: str | None = None):
             f"{len(updates)} and {len(states)}"
         )
     name = name or unique_name("scan")
+    checkpoint = _checked_checkpoint(checkpoint, name)
     for s in states:
         if not isinstance(s, Placeholder):
             raise TypeError(f"scan: state {getattr(s, 'name', s)!r} must be a tg.placeholder")
@@ -119,13 +138,27 @@ def scan(init, update, state_placeholder, inputs=None, name: str | None = None):
     for c in body:
         _check_body_compute(c, body, states, length, k)
     op = ScanOp(tuple(inits), tuple(updates), tuple(states), name, length, k,
-                tuple(body), tuple(external))
+                tuple(body), tuple(external), checkpoint=checkpoint)
     outs = [ScanOutput(op, n, s.shape, s.dtype, f"{name}" if single else f"{name}.{s.name}",
                        fresh_uid()) for n, s in enumerate(states)]
     op.outputs.extend(outs)
     for s in states:
         STATE_OF[s] = name
     return outs[0] if single else outs
+
+
+def _checked_checkpoint(checkpoint, name: str) -> int | None:
+    if checkpoint is None:
+        return None
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, numbers.Integral):
+        raise TypeError(f"scan {name}: checkpoint must be an int >= 1 (store every k-th "
+                        f"state) or None; got {checkpoint!r} of type "
+                        f"{type(checkpoint).__name__}")
+    if checkpoint < 1:
+        raise ValueError(f"scan {name}: checkpoint={checkpoint} is not a segment length; "
+                         "give an int >= 1 (every k-th state is stored) or None to keep the "
+                         "whole history")
+    return int(checkpoint)
 
 
 def _split_body(updates, states) -> tuple[list[Compute], list[Tensor]]:

@@ -70,6 +70,7 @@ def _kernel_form(t: Compute):
 
 def plan(outputs: list[Tensor], given=()) -> Plan:
     """Kernels for ``outputs``; tensors in ``given`` are inputs (computed elsewhere)."""
+    from .checkpoint import mark_checkpoints
     from .contraction import match_contraction
     from .extract import extract_kernels
     from .scan_kernel import plan_scan
@@ -104,4 +105,4 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
-    return Plan(kernels, list(outputs))
+    return mark_checkpoints(Plan(kernels, list(outputs)))

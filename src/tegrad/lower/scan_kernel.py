@@ -3,11 +3,18 @@
 The step graph (``ir/scan.py``) is an ordinary graph over per-step placeholders; its
 plan gives each step compute a kernel form (contraction, general...), so the work within a
 step is vectorized and the time loop is the only Python loop.
+
+``checkpointed`` holds the states whose history this plan stores as checkpoints (set by
+``lower/checkpoint.py`` from ``op.checkpoint`` and the plan's readers; empty: every
+history is kept whole), ``unread`` those of them no kernel reads (their checkpoints need
+not outlive the run of the scan), ``segments_cached`` how many recomputed segments the
+executor keeps at once (enough for one step of its readers, so each segment is
+recomputed once).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ir.scan import ScanOp, StepGraph
 from ..ir.tensor import Tensor
@@ -18,6 +25,9 @@ class ScanKernel:
     op: ScanOp
     step: StepGraph
     plan: object  # the step graph's Plan
+    checkpointed: frozenset[int] = field(default_factory=frozenset)  # state indices
+    unread: frozenset[int] = field(default_factory=frozenset)  # checkpointed, read by none
+    segments_cached: int = 1
 
     @property
     def tensor(self) -> Tensor:
@@ -25,7 +35,11 @@ class ScanKernel:
 
     def describe(self) -> str:
         inner = "; ".join(f"{k.kind} {k.tensor.name}" for k in self.plan.kernels)
-        return f"{self.op.length - self.op.init_rows} steps of [{inner}]"
+        text = f"{self.op.length - self.op.init_rows} steps of [{inner}]"
+        if self.checkpointed:
+            names = ", ".join(self.op.outputs[n].name for n in sorted(self.checkpointed))
+            text += f"; checkpointed every {self.op.checkpoint} steps: {names}"
+        return text
 
 
 def plan_scan(op: ScanOp) -> ScanKernel:

@@ -9,6 +9,11 @@ Gates (torch's order): LSTM ``i, f, g, o`` (``G = 4``), GRU ``r, z, n`` (``G = 3
 The input projection ``x W_ih^T + b_ih`` of every step is one contraction outside the
 scan (as cuDNN and PyTorch do it); inside, each step is a contraction with ``W_hh`` and
 elementwise gate arithmetic. The scan's state has ``L + 1`` rows: row 0 is ``h0``.
+
+``checkpoint=k`` (keyword) is passed to ``tg.scan``: a state history that only the
+backward's adjoint scan reads is stored every ``k`` steps and recomputed by segments
+(``ir/scan.py``). ``h`` is the layer's output, read whole, so it is always kept; an LSTM's
+``c`` qualifies when the program reads it only through the adjoint scan.
 """
 
 from __future__ import annotations
@@ -60,8 +65,9 @@ def _hidden_bias(bias_hh: Tensor | None, j):
 
 
 def rnn(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="tanh",
-        name=None) -> Tensor:
-    """Elman RNN, ``torch.nn.RNN``: ``h_t = act(x_t W_ih^T + b_ih + h_(t-1) W_hh^T + b_hh)``."""
+        name=None, *, checkpoint=None) -> Tensor:
+    """Elman RNN, ``torch.nn.RNN``: ``h_t = act(x_t W_ih^T + b_ih + h_(t-1) W_hh^T + b_hh)``.
+    ``checkpoint``: see the module header."""
     if nonlinearity not in ("tanh", "relu"):
         raise ValueError(f"nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
     name = name or unique_name("rnn")
@@ -75,7 +81,7 @@ def rnn(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="t
 
     update = compute(h.shape, lambda t, n, j: act(
         px[t, n, j] + ph[t, n, j] + _hidden_bias(bias_hh, j)), name=f"{name}.update")
-    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name)
+    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name, checkpoint=checkpoint)
     return _steps(history, f"{name}.output")
 
 
@@ -85,10 +91,11 @@ def _relu(v):
     return maximum(v, 0.0)
 
 
-def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None
-         ) -> tuple[Tensor, Tensor, Tensor]:
+def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None, *,
+         checkpoint=None) -> tuple[Tensor, Tensor, Tensor]:
     """``torch.nn.LSTM`` (gates ``i, f, g, o``): returns ``(output, h_n, c_n)`` with
-    ``output`` (L, N, H) and ``h_n``, ``c_n`` (N, H) as torch's ``(h_n[0], c_n[0])``."""
+    ``output`` (L, N, H) and ``h_n``, ``c_n`` (N, H) as torch's ``(h_n[0], c_n[0])``.
+    ``checkpoint``: see the module header."""
     name = name or unique_name("lstm")
     steps, batch, hidden = x.shape[0], x.shape[1], weight_hh.shape[1]
     px = _projection(x, weight_ih, bias_ih, f"{name}.x_proj")
@@ -109,17 +116,18 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None
     h_new = compute(h.shape, lambda t, n, j: sigmoid(gate(t, n, j, 3)) * tanh(c_new[t, n, j]),
                     name=f"{name}.h_new")
     hs, cs = scan([_with_h0(h0, f"{name}.h0"), _with_h0(c0, f"{name}.c0")], [h_new, c_new],
-                  [h, c], name=name)
+                  [h, c], name=name, checkpoint=checkpoint)
     last = steps
     h_n = compute((batch, hidden), lambda n, j: hs[last, n, j], name=f"{name}.h_n")
     c_n = compute((batch, hidden), lambda n, j: cs[last, n, j], name=f"{name}.c_n")
     return _steps(hs, f"{name}.output"), h_n, c_n
 
 
-def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None) -> Tensor:
+def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None, *,
+        checkpoint=None) -> Tensor:
     """``torch.nn.GRU`` (gates ``r, z, n``):
     ``r = s(x_r + h_r)``, ``z = s(x_z + h_z)``, ``n = tanh(x_n + r (h W_hn^T + b_hn))``,
-    ``h' = (1 - z) n + z h``."""
+    ``h' = (1 - z) n + z h``. ``checkpoint``: see the module header."""
     name = name or unique_name("gru")
     steps, batch, hidden = x.shape[0], x.shape[1], weight_hh.shape[1]
     px = _projection(x, weight_ih, bias_ih, f"{name}.x_proj")
@@ -139,7 +147,7 @@ def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None) -> T
         return (1.0 - z) * cand + z * h[t - 1, n, j]
 
     update = compute(h.shape, update_fn, name=f"{name}.update")
-    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name)
+    history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name, checkpoint=checkpoint)
     return _steps(history, f"{name}.output")
 
 
