@@ -29,10 +29,12 @@ def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, to
     for name, g in zip(names, got[2:], strict=True):
         expected = reference[name].grad.numpy()
         # relative to the tensor's scale (gradients of 1e3 sit beside 1e-2 in one tensor),
-        # 1e-8: batch norm over a 1x1 map (2 values) at the last stage amplifies the
-        # rounding of 50 layers summed in different orders
+        # 5e-8: batch norm over a 1x1 map (2 values) at the last stage amplifies the
+        # rounding of 50 layers summed in different orders (resnet50's layer4.2.conv3
+        # weight: 4.6e-9 from torch on the NumPy target, 1.1e-8 on the compiled one, whose
+        # vectorized sums add in yet another order; 6e-9 between the two targets)
         scale = max(1.0, float(np.abs(expected).max()))
-        np.testing.assert_allclose(g, expected, rtol=0, atol=1e-8 * scale, err_msg=name)
+        np.testing.assert_allclose(g, expected, rtol=0, atol=5e-8 * scale, err_msg=name)
     return grads
 
 
