@@ -28,6 +28,11 @@ from .c_ops import CTYPE
 from .kernel_facts import eager, reads_in_bounds
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
+SIMD_OPS = {"sum": "+", "prod": "*", "max": "max", "min": "min"}  # omp simd reduction ops
+
+
+def _nan_flagged(e: Reduce) -> bool:
+    return e.combiner.kind in ("max", "min") and dt.is_float(e.dtype)
 
 
 class ReductionEmitter:
@@ -48,14 +53,12 @@ class ReductionEmitter:
             here.items.append(f"{ctype} {acc} = {start}; {src_type} {acc}_best = 0; "
                               f"int {acc}_found = 0;")
         else:
-            identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
-            here.items.append(f"{ctype} {acc} = {identity};")
+            self.declare(e, acc, here)
         siblings = self.siblings(e)
         self.emitting.update([e, *siblings])  # not a sibling of anything they contain
         for r in siblings:
             siblings[r] = self.fresh("acc")
-            identity = c_ops.literal(r.combiner.identity_value(r.dtype), r.dtype)
-            here.items.append(f"{CTYPE[r.dtype]} {siblings[r]} = {identity};")
+            self.declare(r, siblings[r], here)
         deepest = {}  # conjunct -> position of the last own axis it uses (-1: none)
         for c in rest:
             used = [k for k, a in enumerate(e.axes) if a in free_vars(c)]
@@ -86,23 +89,30 @@ class ReductionEmitter:
         inner = self.stack[-1]
         src = self.value(e.source)
         mask = [self.value(c) for c in rest if deepest[c] == last] if predicate else []
-        inner.items.append(self.combine(e, acc, src, " && ".join(mask), names))
+        inner.items.append(self.combine(e, acc, src, " && ".join(mask), names, flag=True))
         for r, r_acc in siblings.items():
             r_src = self.value(substitute(r.source, dict(zip(r.axes, e.axes, strict=True))))
-            inner.items.append(self.combine(r, r_acc, r_src, "", names))
+            inner.items.append(self.combine(r, r_acc, r_src, "", names, flag=True))
         innermost_loop = opened[-1] if opened and opened[-1].loop else None
         for block in reversed(opened):
             self.stack.pop()
             self.stack[-1].items.append(block)
+        accumulators = [(e, acc), *((r, a) for r, a in siblings.items())]
+        for r, r_acc in accumulators:
+            if _nan_flagged(r):
+                here.items.append(f"if ({r_acc}_nan) {r_acc} = NAN;")
         for r, r_acc in siblings.items():
             self.memo[r] = (r_acc, here)
-        accumulators = [(e, acc), *((r, a) for r, a in siblings.items())]
         if (innermost_loop is not None and not innermost_loop.has_blocks() and not self.has_check
-                and all(r.combiner.kind in ("sum", "prod") and dt.is_float(r.dtype)
+                and all(r.combiner.kind in SIMD_OPS and (dt.is_float(r.dtype) or r.combiner.kind
+                                                         in ("max", "min"))
                         for r, _ in accumulators)):
-            clauses = " ".join(f"reduction({'+' if r.combiner.kind == 'sum' else '*'}:{a})"
-                               for r, a in accumulators)
-            innermost_loop.head.insert(0, f"#pragma omp simd {clauses}")
+            clauses = []
+            for r, a in accumulators:
+                clauses.append(f"reduction({SIMD_OPS[r.combiner.kind]}:{a})")
+                if _nan_flagged(r):
+                    clauses.append(f"reduction(|:{a}_nan)")
+            innermost_loop.head.insert(0, f"#pragma omp simd {' '.join(clauses)}")
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old
@@ -183,12 +193,29 @@ class ReductionEmitter:
     def _bound(self, v) -> bool:
         return isinstance(v, Var) and v in self.vars and any(v in b.binds for b in self.stack)
 
-    def combine(self, e: Reduce, acc: str, src: str, mask: str, names: dict) -> str:
+    def declare(self, e: Reduce, acc: str, block: Block) -> None:
+        identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
+        block.items.append(f"{CTYPE[e.dtype]} {acc} = {identity};")
+        if _nan_flagged(e):
+            block.items.append(f"int {acc}_nan = 0;")
+
+    def combine(self, e: Reduce, acc: str, src: str, mask: str, names: dict,
+                flag: bool = False) -> str:
+        """The statement folding ``src`` into ``acc``. ``flag``: a float max/min keeps a
+        NaN flag (``acc_nan``) beside a plain compare, which vectorizes as an ``omp simd``
+        max reduction; the caller sets ``acc`` to NaN after the loop if the flag is up
+        (NumPy's max propagates NaN). Without it the compare itself propagates NaN."""
         kind = e.combiner.kind
         if kind == "sum":
             return f"{acc} += {f'{mask} ? {src} : 0' if mask else src};"
         if kind == "prod":
             return f"{acc} *= {f'{mask} ? {src} : 1' if mask else src};"
+        if kind in ("max", "min") and flag and _nan_flagged(e):
+            cmp = ">" if kind == "max" else "<"
+            new = f"({acc} {cmp} {src} ? {acc} : {src})"
+            nan = f"({mask}) && {src} != {src}" if mask else f"{src} != {src}"
+            return (f"{acc} = {f'{mask} ? {new} : {acc}' if mask else new}; "
+                    f"{acc}_nan |= {nan};")
         if kind in ("max", "min"):
             new = c_ops.binary(kind, acc, src, e.dtype, e.dtype)
             return f"{acc} = {f'{mask} ? {new} : {acc}' if mask else new};"
