@@ -14,6 +14,7 @@ class Block:
     head: list = field(default_factory=list)
     items: list = field(default_factory=list)
     loop: bool = False
+    unrolled: bool = False  # a short loop of constant trip count, unrolled by gcc
 
     def render(self, out: list[str], indent: int) -> None:
         pad = "  " * indent
@@ -30,6 +31,11 @@ class Block:
 
     def has_blocks(self) -> bool:
         return any(isinstance(i, Block) for i in self.items)
+
+    def straight(self) -> bool:
+        """No branches and no loops inside but unrolled ones: the enclosing loop can be
+        vectorized (``omp simd``) across its iterations."""
+        return all(i.unrolled and i.straight() for i in self.items if isinstance(i, Block))
 
 
 @dataclass

@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 
 from ...ir import dtype as dt
-from ...ir.bounds import is_pure_index
+from ...ir.bounds import interval, is_pure_index
 from ...ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
 from ...ir.tensor import Compute
 from ...ir.traverse import free_vars, tensors_read, walk
@@ -148,8 +148,9 @@ class KernelSource(ReductionEmitter):
             blocks.append(self._merged_loop(axes[:merged], shape[:merged], parallel))
             for v, n in zip(axes[merged:], shape[merged:], strict=True):
                 name = self.bind(v, "i")
+                # int, not long: gcc vectorizes gathers (x[i / 2]) only with int indices
                 blocks.append(Block(frozenset((v,)), head=[
-                    f"for (long {name} = 0; {name} < {n}L; {name}++) {{"], loop=True))
+                    f"for (int {name} = 0; {name} < {n}; {name}++) {{"], loop=True))
         self.stack.extend(blocks)
         value = self.value(body)
         flat = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
@@ -157,7 +158,7 @@ class KernelSource(ReductionEmitter):
         self.stack[-1].items.append(f"a0[{flat}] = {value};")
         innermost = self.stack[-1]
         self._close(blocks)
-        if len(blocks) > 1 and not innermost.has_blocks() and not self.has_check:
+        if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
 
     def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
@@ -241,6 +242,9 @@ class KernelSource(ReductionEmitter):
             return c_ops.unary(e.op, self.value(e.a), e.dtype if e.op != "not" else "bool")
         if isinstance(e, Binary):
             operand = dt.promote(e.a.dtype, e.b.dtype)
+            if _plain_division(e):  # C's truncation is the floor for these operands
+                op = "/" if e.op == "floordiv" else "%"
+                return f"({self.value(e.a)} {op} {self.value(e.b)})"
             return c_ops.binary(e.op, self.value(e.a), self.value(e.b), e.dtype, operand)
         if isinstance(e, Cast):
             return c_ops.cast(self.value(e.a), e.a.dtype, e.dtype)
@@ -288,3 +292,14 @@ class KernelSource(ReductionEmitter):
         return name
 
     # reductions ---------------------------------------------------------------------------
+
+
+def _plain_division(e: Binary) -> bool:
+    """An integer ``//`` or ``%`` by a positive constant of a value that is never negative
+    (an index ``h // 2``): C's ``/`` and ``%`` give the same, and vectorize."""
+    if e.op not in ("floordiv", "floormod") or not dt.is_int(e.dtype):
+        return False
+    if not (isinstance(e.b, Const) and int(e.b.value) > 0):
+        return False
+    iv = interval(e.a)
+    return iv is not None and iv[0] is not None and iv[0] >= 0

@@ -17,6 +17,8 @@ them without ``-ffast-math``.
 
 from __future__ import annotations
 
+import math
+
 from ...ir import dtype as dt
 from ...ir.affine import linearize
 from ...ir.expr import Binary, Cast, Const, Expr, Reduce, Select, Unary, Var
@@ -28,6 +30,7 @@ from .c_ops import CTYPE
 from .kernel_facts import eager, reads_in_bounds
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
+UNROLL = 16  # reductions of at most this many points with constant bounds are unrolled
 SIMD_OPS = {"sum": "+", "prod": "*", "max": "max", "min": "min"}  # omp simd reduction ops
 
 
@@ -77,11 +80,17 @@ class ReductionEmitter:
             opened.append(block)
 
         guard([c for c in rest if deepest[c] == -1])
+        # a small window (a pooling's 2x2, a 3x3 stencil) is unrolled, so that the loop
+        # around it (over outputs) vectorizes instead of this one
+        unroll = (not rest and math.prod(a.extent for a in e.axes) <= UNROLL
+                  and all(bounds[a] == (str(a.lo), str(a.lo + a.extent)) for a in e.axes))
         for k, a in enumerate(e.axes):
             lo, hi = bounds[a]
             name = names[a]
+            head = [f"#pragma GCC unroll {UNROLL}"] if unroll else []
             block = Block(frozenset((a,)), head=[
-                f"for (long {name} = {lo}; {name} < {hi}; {name}++) {{"], loop=True)
+                *head, f"for (int {name} = {lo}; {name} < {hi}; {name}++) {{"], loop=True,
+                unrolled=unroll)
             self.stack.append(block)
             opened.append(block)
             if k < last or not predicate:
@@ -103,7 +112,8 @@ class ReductionEmitter:
                 here.items.append(f"if ({r_acc}_nan) {r_acc} = NAN;")
         for r, r_acc in siblings.items():
             self.memo[r] = (r_acc, here)
-        if (innermost_loop is not None and not innermost_loop.has_blocks() and not self.has_check
+        if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
+                and not self.has_check
                 and all(r.combiner.kind in SIMD_OPS and (dt.is_float(r.dtype) or r.combiner.kind
                                                          in ("max", "min"))
                         for r, _ in accumulators)):
