@@ -98,7 +98,7 @@ def test_softmax_backward_is_fused():
     # the row max, then one kernel: per row, one loop for both row sums, one elementwise
     assert len(f.program.plan.kernels) <= 2
     text = f.program.steps[-1].src.text
-    assert text.count("for (long r") == 1 and text.count("reduction(+") == 2
+    assert text.count("for (int r") == 1 and text.count("reduction(+") == 2
 
 
 def test_weight_gradient_reduces_in_column_order():
