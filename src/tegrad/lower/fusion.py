@@ -125,7 +125,7 @@ def _site_evaluations(consumer: Compute, producer: Compute) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
     read computed once per iteration of the loops down to its innermost variable."""
     total = 0
-    seen = set()
+    seen, placed = set(), set()
 
     def go(e: Expr, loops: tuple) -> None:
         nonlocal total
@@ -136,7 +136,9 @@ def _site_evaluations(consumer: Compute, producer: Compute) -> int:
         if isinstance(e, Read) and e.tensor is producer:
             used = free_vars(e)
             depth = max((k for k, v in enumerate(loops) if v in used), default=-1)
-            total += math.prod(v.extent for v in loops[: depth + 1])
+            if (e, loops[: depth + 1]) not in placed:  # one evaluation where it is placed
+                placed.add((e, loops[: depth + 1]))
+                total += math.prod(v.extent for v in loops[: depth + 1])
         inner = loops + tuple(e.axes) if isinstance(e, Reduce) else loops
         for c in children(e):
             go(c, inner)

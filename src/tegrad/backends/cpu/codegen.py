@@ -44,6 +44,7 @@ from .blocks import Block, Gather
 from .c_ops import CTYPE
 from .kernel_facts import column_order, eager, reduction_width, unshadow
 from .reduction import ReductionEmitter
+from .row_cache import row_caches
 
 PARALLEL_WORK = 1 << 17  # points x reduction width below which a kernel runs on one thread
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
@@ -67,6 +68,9 @@ class KernelSource(ReductionEmitter):
         self.counter = 0
         self.memo: dict = {}
         self.emitting: set = set()  # reductions whose loops are being written
+        self.cache_write: dict = {}  # row caches (row_cache.py): value -> (buffer, axis)
+        self.cache_read: dict = {}  # its twin in the output loop -> (buffer, axis)
+        self.written: set = set()  # buffers some emitted loop writes
         self.root = Block()
         self.stack = [self.root]
         self.text = self._function(body_of)
@@ -152,6 +156,8 @@ class KernelSource(ReductionEmitter):
                 blocks.append(Block(frozenset((v,)), head=[
                     f"for (int {name} = 0; {name} < {n}; {name}++) {{"], loop=True))
         self.stack.extend(blocks)
+        if len(blocks) > 1:
+            self._row_buffers(body, axes, shape, blocks)
         value = self.value(body)
         flat = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
                           for k, v in enumerate(axes)) or "0"
@@ -160,6 +166,26 @@ class KernelSource(ReductionEmitter):
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
+
+    def _row_buffers(self, body: Expr, axes, shape, blocks: list) -> None:
+        """Declare the row caches of ``row_cache.py`` where their reductions go, and emit
+        those reductions first: a buffer is read only if some loop has written it (a
+        reduction fused into a sibling's loop writes through the sibling's variable)."""
+        found = row_caches(body, axes, shape)
+        homes: dict = {}
+        for e, twin, r in found:
+            fv = free_vars(r)
+            home = next((b for b in reversed(blocks) if b.binds & fv), self.root)
+            if twin not in self.cache_read:
+                buffer = self.fresh("row")
+                home.items.insert(0, f"{CTYPE[e.dtype]} {buffer}[{shape[-1]}];")
+                self.cache_read[twin] = (buffer, axes[-1])
+                homes[buffer] = home
+            buffer = self.cache_read[twin][0]
+            if homes[buffer] is home:  # written in the block it is declared in
+                self.cache_write[e] = (buffer, r.axes[0])
+        for r in dict.fromkeys(r for _, _, r in found):
+            self.value(r)
 
     def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
         """A reduction along the outer dimension of its reads (``dW[d] = sum_n dY[n, d]
@@ -219,7 +245,10 @@ class KernelSource(ReductionEmitter):
         k = self.place(e)
         saved, self.stack = self.stack, self.stack[: k + 1]
         try:
-            if isinstance(e, Reduce):
+            if e in self.cache_read and self.cache_read[e][0] in self.written:
+                buffer, j = self.cache_read[e]
+                name = self.emit(e, f"{buffer}[{self.var(j)}]")
+            elif isinstance(e, Reduce):
                 name = self.reduce(e)
             elif isinstance(e, Select):
                 name = self.select(e)
@@ -227,6 +256,10 @@ class KernelSource(ReductionEmitter):
                 name = self.read(e)
             else:
                 name = self.emit(e, self.expression(e))
+            if e in self.cache_write and e not in self.cache_read:
+                buffer, k_axis = self.cache_write[e]
+                self.stack[-1].items.append(f"{buffer}[{self.var(k_axis)}] = {name};")
+                self.written.add(buffer)
         finally:
             self.stack = saved
         self.memo[e] = (name, self.stack[k])

@@ -1,0 +1,83 @@
+"""Row caches: an expensive value computed in a row reduction is stored for the row's
+output loop instead of being computed twice.
+
+A softmax backward, fused into one kernel, is per row ``i``
+
+    s1 = sum_k e(k)     s2 = sum_k dY[i, k] e(k)       with e(k) = exp(X[i, k] - m)
+    dX[i, j] = e(j) / s1 - e(j) s2 / s1^2              for every j
+
+so each ``exp`` is evaluated twice. When a reduction ``R`` over one axis ``k`` has the same
+extent as the innermost output axis ``j``, and a sub-expression ``E(k)`` of its source that
+holds a transcendental op appears as ``E(j)`` in the output body, ``R``'s loop stores
+``E(k)`` in a row buffer and the output loop reads ``buffer[j]``. The buffer lives in the
+block where ``R`` is computed (per thread, inside the parallel loop), which encloses the
+output loop, and ``R`` is always computed before that loop runs. Conditions, so that every
+element is written before it is read: ``R`` depends on output variables only (not on
+another reduction's), outside every guarded branch, and ``E`` depends on ``k`` and on
+variables bound around ``R``.
+"""
+
+from __future__ import annotations
+
+from ...ir.expr import Binary, Expr, Reduce, Select, Unary
+from ...ir.traverse import children, free_vars, substitute, walk
+from .kernel_facts import eager
+
+EXPENSIVE = {"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "sin", "cos", "erf"}
+MAX_ROW = 8192  # elements of one row buffer (on the stack)
+MAX_BUFFERS = 4
+
+
+def row_caches(body: Expr, axes, shape) -> list[tuple[Expr, Expr, Reduce]]:
+    """``(E(k), E(j), R)`` triples for ``body`` with output ``axes`` (``j`` the last)."""
+    if len(axes) < 2 or not 0 < shape[-1] <= MAX_ROW:
+        return []
+    j, n = axes[-1], shape[-1]
+    guarded = _guarded(body)
+    outputs = frozenset(axes)
+    present = set(walk(body))
+    found: dict = {}
+    for r in (x for x in walk(body) if isinstance(x, Reduce)):
+        if (len(r.axes) != 1 or r.axes[0].extent != n or r.axes[0].lo != 0 or r in guarded
+                or not free_vars(r) <= outputs - {j}):
+            continue
+        k = r.axes[0]
+        for e in walk(r.source):
+            if e in found or k not in free_vars(e) or not _expensive(e):
+                continue
+            twin = substitute(e, {k: j})
+            if twin in present:
+                found[e] = (twin, r)
+    pairs = [(e, twin, r) for e, (twin, r) in found.items()]
+    # keep the largest: a cached value's own parts need no buffer of their own
+    inside = {x for e, _, _ in pairs for x in walk(e) if x is not e}
+    return [p for p in pairs if p[0] not in inside][:MAX_BUFFERS]
+
+
+def _expensive(e: Expr) -> bool:
+    return any((isinstance(x, Unary) and x.op in EXPENSIVE)
+               or (isinstance(x, Binary) and x.op == "pow") for x in walk(e))
+
+
+def _guarded(body: Expr) -> set:
+    """Nodes reached only through a select branch evaluated under its condition."""
+    out: set = set()
+    seen: set = set()
+
+    def go(e: Expr, under: bool) -> None:
+        if (e, under) in seen:
+            return
+        seen.add((e, under))
+        if under:
+            out.add(e)
+        if isinstance(e, Select) and not (eager(e.a) and eager(e.b)):
+            go(e.cond, under)
+            go(e.a, True)
+            go(e.b, True)
+            return
+        for c in children(e):
+            go(c, under)
+
+    go(body, False)
+    reached_free = {e for (e, under) in seen if not under}
+    return out - reached_free
