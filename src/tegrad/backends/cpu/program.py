@@ -21,6 +21,7 @@ from ..numpy_backend import _dead_after
 from ..numpy_eval import evaluate_compute
 from ..numpy_kernels import run_kernel
 from ..scan_run import run_scan
+from .buffers import BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
 from .compiler import load
@@ -63,13 +64,13 @@ class _Compiled:
         self.unit = unit
         self.fn = None
 
-    def __call__(self, arrays: dict) -> np.ndarray:
+    def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
         if self.fn is None:
             self.fn = getattr(self.unit.lib, self.src.name)
             self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             self.fn.restype = None
         t = self.src.tensor
-        out = np.empty(t.shape, t.dtype)
+        out = np.empty(t.shape, t.dtype) if pool is None else pool.take(t.shape, t.dtype)
         held = [out]
         for a in self.src.args[1:]:
             arr = arrays[a]
@@ -99,6 +100,7 @@ class CpuProgram:
         self.inputs = inputs
         self.dead_after = _dead_after(self.plan)
         top = self.top = unit is None
+        self.pool = BufferPool()
         unit = unit or _Unit()
         self.steps = []
         for kernel in self.plan.kernels:
@@ -115,8 +117,11 @@ class CpuProgram:
     def run(self, feed: dict) -> list[np.ndarray]:
         if not self.top:
             return self._run(feed)
+        self.pool.reclaim()
         with one_blas_thread():  # one thread pool: see gemm.py
-            return self._run(feed)
+            results = self._run(feed)
+        self.pool.lend(results)
+        return results
 
     def _run(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
@@ -125,9 +130,9 @@ class CpuProgram:
             if kernel.kind == "scan":
                 arrays.update(run_scan(kernel.detail, arrays, lambda plan, inputs, s=step: s))
             elif step is not None:
-                arrays[kernel.tensor] = step(arrays)
+                arrays[kernel.tensor] = step(arrays, self.pool)
             else:
                 arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute, _matmul)
             for t in self.dead_after[k]:
-                del arrays[t]
+                self.pool.give(arrays, t)
         return [arrays[t] for t in self.plan.outputs]
