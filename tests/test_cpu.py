@@ -259,3 +259,19 @@ def test_output_buffers_are_reused_only_when_dropped():
     address = again.ctypes.data
     del again
     assert f(a).ctypes.data == address  # dropped: its buffer serves the next run
+
+
+@pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast", "strided", "3d"])
+def test_parallel_copy_matches_numpy(case):
+    from tegrad.backends.cpu.copy import copy
+
+    rng = np.random.default_rng(5)
+    src = {"contiguous": rng.standard_normal((300, 400)),
+           "transposed": rng.standard_normal((400, 300)).T,
+           "broadcast": rng.standard_normal((1, 400)),
+           "strided": rng.standard_normal((600, 800))[::2, ::2],
+           "3d": rng.standard_normal((7, 90, 130)).astype("float32")}[case]
+    shape = (300, 400) if case != "3d" else (7, 90, 130)
+    dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
+    copy(dst, src, threads=2)
+    np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))

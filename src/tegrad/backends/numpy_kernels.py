@@ -15,6 +15,7 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -353,9 +354,17 @@ _THREADS = _threads()
 _POOL: list = []
 
 
+# a compiled backend's copy(dst, src) for the duration of its run (backends/cpu/copy.py)
+COPY: ContextVar = ContextVar("tegrad_copy", default=None)
+
+
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` (broadcasting), split over threads along an outer axis when large:
     NumPy copies on one core and releases the GIL while it does."""
+    hook = COPY.get()
+    if hook is not None:
+        hook(dst, src)
+        return
     if _THREADS < 2 or dst.size < PARALLEL_COPY_MIN:
         np.copyto(dst, src)
         return

@@ -19,12 +19,13 @@ from ...lower.fusion import fuse
 from ...lower.plan import Plan
 from ..numpy_backend import _dead_after
 from ..numpy_eval import evaluate_compute
-from ..numpy_kernels import run_kernel
+from ..numpy_kernels import COPY, run_kernel
 from ..scan_run import run_scan
 from .buffers import BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
 from .compiler import load
+from .copy import copy
 from .gemm import matmul, one_blas_thread
 
 
@@ -94,6 +95,10 @@ def _matmul(a, b, out=None):
     return matmul(a, b, out=out, threads=_THREADS)
 
 
+def _copy(dst, src):
+    copy(dst, src, _THREADS)
+
+
 class CpuProgram:
     def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
         self.plan = fuse(plan)
@@ -118,8 +123,12 @@ class CpuProgram:
         if not self.top:
             return self._run(feed)
         self.pool.reclaim()
-        with one_blas_thread():  # one thread pool: see gemm.py
-            results = self._run(feed)
+        token = COPY.set(_copy)  # layout copies on the same threads (copy.py)
+        try:
+            with one_blas_thread():  # one thread pool: see gemm.py
+                results = self._run(feed)
+        finally:
+            COPY.reset(token)
         self.pool.lend(results)
         return results
 

@@ -1,0 +1,75 @@
+"""Strided copies on the compiled target's OpenMP threads.
+
+A contraction lays its operands out for BLAS (zero padding, im2col for a convolution):
+copies of tens of megabytes that NumPy makes on one core. ``copy`` makes them with the
+same OpenMP threads as the kernels and the products (``gemm.py``), split over the outer
+index space; the innermost dimension is a ``memcpy`` where both sides are contiguous.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+_HELPER = r"""
+#include <string.h>
+#include <stdint.h>
+
+void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long *ds,
+             const long *ss, long size, int nthreads) {
+  long outer = 1;
+  for (int d = 0; d < ndim - 1; d++) outer *= shape[d];
+  long n = shape[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];
+  #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
+  for (long f = 0; f < outer; f++) {
+    long rest = f, doff = 0, soff = 0;
+    for (int d = ndim - 2; d >= 0; d--) {
+      long i = rest % shape[d];
+      rest /= shape[d];
+      doff += i * ds[d];
+      soff += i * ss[d];
+    }
+    char *dp = dst + doff;
+    const char *sp = src + soff;
+    if (dl == size && sl == size) { memcpy(dp, sp, n * size); continue; }
+    if (size == 4)
+      for (long i = 0; i < n; i++)
+        *(uint32_t *)(dp + i * dl) = *(const uint32_t *)(sp + i * sl);
+    else if (size == 8)
+      for (long i = 0; i < n; i++)
+        *(uint64_t *)(dp + i * dl) = *(const uint64_t *)(sp + i * sl);
+    else
+      for (long i = 0; i < n; i++) memcpy(dp + i * dl, sp + i * sl, size);
+  }
+}
+"""
+MIN_ELEMENTS = 1 << 16  # smaller copies stay with NumPy
+
+_STATE: dict = {}
+
+
+def _helper():
+    if "copy" not in _STATE:
+        from .compiler import load
+
+        fn = load(_HELPER).tg_copy
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
+        _STATE["copy"] = fn
+    return _STATE["copy"]
+
+
+def copy(dst: np.ndarray, src: np.ndarray, threads: int) -> None:
+    """``dst[...] = src`` (broadcasting ``src``, same dtype; else ``np.copyto``)."""
+    if dst.size < MIN_ELEMENTS or dst.dtype != src.dtype or dst.ndim == 0:
+        np.copyto(dst, src)
+        return
+    src = np.broadcast_to(src, dst.shape)
+    dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]
+    shape = np.array([dst.shape[k] for k in dims], np.int64)
+    ds = np.array([dst.strides[k] for k in dims], np.int64)
+    ss = np.array([src.strides[k] for k in dims], np.int64)
+    _helper()(dst.ctypes.data, src.ctypes.data, len(dims), shape.ctypes.data, ds.ctypes.data,
+              ss.ctypes.data, dst.itemsize, threads)
