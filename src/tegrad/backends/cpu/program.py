@@ -58,12 +58,18 @@ class _Unit:
 
 
 class _Compiled:
-    """A general kernel's compiled function, called on the arrays it reads."""
+    """A general kernel's compiled function, called on the arrays it reads. The call is
+    made once per kernel and per scan step, so it does little: dtypes are compared as the
+    interned ``np.dtype`` objects, and the error slots are allocated once."""
 
     def __init__(self, src: KernelSource, unit: _Unit):
         self.src = src
         self.unit = unit
         self.fn = None
+        self.dtypes = [np.dtype(a.dtype) for a in src.args]
+        self.pointers = ctypes.c_void_p * len(src.args)
+        self.err = np.zeros(2, np.int64)
+        self.err_address = self.err.ctypes.data
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
         if self.fn is None:
@@ -71,20 +77,20 @@ class _Compiled:
             self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
             self.fn.restype = None
         t = self.src.tensor
-        out = np.empty(t.shape, t.dtype) if pool is None else pool.take(t.shape, t.dtype)
+        out = np.empty(t.shape, self.dtypes[0]) if pool is None else pool.take(t.shape, t.dtype)
         held = [out]
-        for a in self.src.args[1:]:
+        for a, dtype in zip(self.src.args[1:], self.dtypes[1:], strict=True):
             arr = arrays[a]
-            if not arr.flags.c_contiguous or arr.dtype.name != a.dtype:
-                arr = np.ascontiguousarray(arr, dtype=a.dtype)
+            if arr.dtype is not dtype or not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
-        ptrs = (ctypes.c_void_p * len(held))(*(h.ctypes.data for h in held))
-        err = np.zeros(2, np.int64)
-        self.fn(ptrs, err.ctypes.data, _THREADS)
-        if err[0]:
-            g = self.src.gathers[err[0] - 1]
+        self.fn(self.pointers(*[h.ctypes.data for h in held]), self.err_address, _THREADS)
+        if self.err[0]:
+            g = self.src.gathers[self.err[0] - 1]
+            value = int(self.err[1])
+            self.err[:] = 0
             raise IndexError(f"{t.name}: gather {g.tensor}[...] index {g.axis} got value "
-                             f"{int(err[1])}, outside [0, {g.dim}) (from {g.index})")
+                             f"{value}, outside [0, {g.dim}) (from {g.index})")
         return out
 
 
