@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.expr import Expr, Read, Reduce
+from ..ir.expr import Expr, Read, Reduce, Var
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import children, free_vars, substitute, tensors_read, transform, walk
 from .contraction import Contraction
@@ -104,10 +104,27 @@ def worth_blas(c: Contraction) -> bool:
 def _inline(body: Expr, producer: Compute, source: Compute) -> Expr:
     def replace(e: Expr) -> Expr | None:
         if isinstance(e, Read) and e.tensor is producer:
-            return substitute(source.body, dict(zip(source.axes, e.indices, strict=True)))
+            inlined = _fresh_reductions(source.body, free_vars(e))
+            return substitute(inlined, dict(zip(source.axes, e.indices, strict=True)))
         return None
 
     return transform(body, replace)
+
+
+def _fresh_reductions(body: Expr, outer: frozenset) -> Expr:
+    """``body`` with fresh axes for every reduction binding a variable of ``outer``: the
+    indices substituted for the producer's axes may use a reduce variable of the consumer
+    (``P[2 j - t]`` inside ``sum_t``), which a reduction of the producer over the same
+    variable object would otherwise capture."""
+    def rename(e: Expr) -> Expr | None:
+        if isinstance(e, Reduce) and outer & frozenset(e.axes):
+            fresh = {a: Var.fresh(a.name, a.lo, a.extent, a.dtype) for a in e.axes}
+            where = None if e.where is None else substitute(e.where, fresh)
+            return Reduce(e.combiner, substitute(e.source, fresh), tuple(fresh.values()),
+                          where, e.dtype)
+        return None
+
+    return transform(body, rename) if outer else body
 
 
 def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]) -> bool:
