@@ -47,7 +47,13 @@ def run_kernel(kernel, arrays, evaluate_compute, matmul=np.matmul):
 
 def run_contraction(c: Contraction, arrays: dict, matmul=np.matmul) -> np.ndarray:
     acc = np.dtype(c.dtype)
-    out = (np.empty if c.covers else np.zeros)(c.shape, dtype=acc)
+    empty = EMPTY.get()
+    if empty is None:
+        out = (np.empty if c.covers else np.zeros)(c.shape, dtype=acc)
+    else:
+        out = empty(c.shape, acc.name)
+        if not c.covers:
+            out.fill(0)
     cache: dict = {}
     for piece in c.pieces:
         _run_piece(piece, arrays, out, not c.disjoint, cache, matmul)
@@ -354,8 +360,10 @@ _THREADS = _threads()
 _POOL: list = []
 
 
-# a compiled backend's copy(dst, src) for the duration of its run (backends/cpu/copy.py)
+# a compiled backend's copy(dst, src) and empty(shape, dtype) (its buffer pool) for the
+# duration of its run (backends/cpu/copy.py, buffers.py)
 COPY: ContextVar = ContextVar("tegrad_copy", default=None)
+EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:

@@ -19,7 +19,7 @@ from ...lower.fusion import fuse
 from ...lower.plan import Plan
 from ..numpy_backend import _dead_after
 from ..numpy_eval import evaluate_compute
-from ..numpy_kernels import COPY, run_kernel
+from ..numpy_kernels import COPY, EMPTY, run_kernel
 from ..scan_run import run_scan
 from .buffers import BufferPool
 from .c_ops import PRELUDE
@@ -130,11 +130,13 @@ class CpuProgram:
             return self._run(feed)
         self.pool.reclaim()
         token = COPY.set(_copy)  # layout copies on the same threads (copy.py)
+        token_empty = EMPTY.set(self.pool.take)  # contraction outputs from the pool too
         try:
             with one_blas_thread():  # one thread pool: see gemm.py
                 results = self._run(feed)
         finally:
             COPY.reset(token)
+            EMPTY.reset(token_empty)
         self.pool.lend(results)
         return results
 
