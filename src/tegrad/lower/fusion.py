@@ -78,7 +78,8 @@ def fuse(p: Plan) -> Plan:
         if k.kind != "general":
             kernels.append(k)
         elif k.tensor not in inlined:
-            kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], parts[k.tensor])))
+            kept = tuple(t for t in parts[k.tensor] if t not in inlined)  # (for describe)
+            kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], kept)))
     return Plan(kernels, p.outputs, p.notes)
 
 
