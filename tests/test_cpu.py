@@ -275,3 +275,16 @@ def test_parallel_copy_matches_numpy(case):
     dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
     copy(dst, src, threads=2)
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))
+
+
+def test_an_output_listed_twice_is_one_buffer():
+    X = tg.placeholder((256, 300), "float32", "X")
+    Y = tg.compute(X.shape, lambda i, j: X[i, j] + 1.0, "Y")
+    f = tg.build([X], [Y, Y], target="cpu")
+    a, b = f(np.zeros((256, 300), "float32"))
+    assert a is b
+    del a, b
+    c, d = f(np.ones((256, 300), "float32"))
+    e, g = f(np.full((256, 300), 5.0, "float32"))
+    np.testing.assert_array_equal(c, 2.0)  # not the buffer handed out again for e
+    np.testing.assert_array_equal(e, 6.0)

@@ -14,7 +14,7 @@ class NumpyProgram:
     def __init__(self, plan: Plan, inputs):
         self.plan = plan
         self.inputs = inputs
-        self.dead_after = _dead_after(plan)
+        self.dead_after = dead_after(plan)
 
     def run(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
@@ -28,7 +28,7 @@ class NumpyProgram:
         return [arrays[t] for t in self.plan.outputs]
 
 
-def _dead_after(plan: Plan) -> list[list]:
+def dead_after(plan: Plan) -> list[list]:
     """Per kernel, the computed tensors whose last reader it is (outputs are kept): the
     peak memory of a program is then what is live at once, not everything it made."""
     from ..ir.traverse import tensors_read

@@ -41,9 +41,12 @@ class BufferPool:
 
     def lend(self, outputs: list) -> None:
         with self.lock:
-            self.lent.extend(a for a in outputs
-                             if isinstance(a, np.ndarray) and a.nbytes >= MIN_BYTES
-                             and a.base is None)
+            known = {id(a) for a in self.lent}
+            for a in outputs:  # once each: a tensor listed twice is one array
+                if (isinstance(a, np.ndarray) and a.nbytes >= MIN_BYTES and a.base is None
+                        and id(a) not in known):
+                    known.add(id(a))
+                    self.lent.append(a)
 
     def reclaim(self) -> None:
         """Outputs of earlier runs that the caller no longer holds become free."""

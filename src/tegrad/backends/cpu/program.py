@@ -17,7 +17,7 @@ import numpy as np
 
 from ...lower.fusion import fuse
 from ...lower.plan import Plan
-from ..numpy_backend import _dead_after
+from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
 from ..numpy_kernels import COPY, EMPTY, run_kernel
 from ..scan_run import run_scan
@@ -109,7 +109,7 @@ class CpuProgram:
     def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
         self.plan = fuse(plan)
         self.inputs = inputs
-        self.dead_after = _dead_after(self.plan)
+        self.dead_after = dead_after(self.plan)
         top = self.top = unit is None
         self.pool = BufferPool()
         unit = unit or _Unit()
