@@ -92,8 +92,12 @@ def context(rows: Sequence[Row], seconds: float, repeats: int) -> str:
     threads = next((r.timing.threads for r in rows if r.timing), None)
     where = (f"{platform.machine()}, {os.cpu_count()} cores, Python "
              f"{platform.python_version()}")
+    from ..backends.runtime import default_target
+
+    target = {"cpu": "compiled cpu target", "numpy": "NumPy backend"}.get(default_target(),
+                                                                          default_target())
     timing = (f"; timings are medians of {repeats} alternating runs, float32, torch eager "
-              f"with {threads} threads, tegrad on its NumPy backend" if threads else "")
+              f"with {threads} threads, tegrad on its {target}" if threads else "")
     passing = sum(r.passed for r in rows)
     return (f"{len({r.case.op for r in rows})} ops, {len(rows)} cases, {passing} passing; "
             f"{where}{timing}; made in {seconds:.0f} s by `tegrad report`.")

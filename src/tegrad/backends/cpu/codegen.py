@@ -42,7 +42,7 @@ from ...ir.traverse import free_vars, tensors_read, walk
 from . import c_ops
 from .blocks import Block, Gather
 from .c_ops import CTYPE
-from .kernel_facts import column_order, eager, reduction_width, unshadow
+from .kernel_facts import column_order, eager, reads_in_bounds, reduction_width, unshadow
 from .reduction import ReductionEmitter
 from .row_cache import row_caches
 
@@ -71,6 +71,7 @@ class KernelSource(ReductionEmitter):
         self.cache_write: dict = {}  # row caches (row_cache.py): value -> (buffer, axis)
         self.cache_read: dict = {}  # its twin in the output loop -> (buffer, axis)
         self.written: set = set()  # buffers some emitted loop writes
+        self.safe_memo: dict = {}
         self.root = Block()
         self.stack = [self.root]
         self.text = self._function(body_of)
@@ -226,13 +227,22 @@ class KernelSource(ReductionEmitter):
     # expressions --------------------------------------------------------------------------
 
     def place(self, e: Expr) -> int:
-        """Index in the stack of the block where ``e`` is emitted."""
+        """Index in the stack of the block where ``e`` is emitted: the innermost block
+        binding one of its variables, or a guarded branch it must stay under (only if
+        one of its reads could leave its tensor: a causal softmax's row max moves out of
+        the ``if (j <= i)`` around each element, else it is computed once per element)."""
         fv = free_vars(e)
         for k in range(len(self.stack) - 1, 0, -1):
             b = self.stack[k]
-            if b.barrier or (b.binds & fv):
+            if b.binds & fv or (b.barrier and not self.safe(e)):
                 return k
         return 0
+
+    def safe(self, e: Expr) -> bool:
+        found = self.safe_memo.get(e)
+        if found is None:
+            found = self.safe_memo[e] = reads_in_bounds(e)
+        return found
 
     def value(self, e: Expr) -> str:
         if isinstance(e, Const):
