@@ -288,3 +288,23 @@ def test_an_output_listed_twice_is_one_buffer():
     e, g = f(np.full((256, 300), 5.0, "float32"))
     np.testing.assert_array_equal(c, 2.0)  # not the buffer handed out again for e
     np.testing.assert_array_equal(e, 6.0)
+
+
+def test_a_failing_compiler_falls_back_when_the_target_is_ours_to_choose(monkeypatch, tmp_path):
+    from tegrad.backends.cpu.errors import CompileError
+
+    monkeypatch.setenv("TEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TEGRAD_TARGET", raising=False)
+    monkeypatch.setattr(compiler, "FLAGS", (*compiler.FLAGS, "-fno-such-flag-anywhere"))
+    compiler._toolchain_id.cache_clear()
+    try:
+        X = tg.placeholder((4,), "float64", "X")
+        Y = tg.compute((4,), lambda i: X[i] * 3.0, "Y")
+        with pytest.raises(CompileError, match="gcc failed"):
+            tg.build([X], Y, target="cpu")
+        with pytest.warns(RuntimeWarning, match="compiled cpu target failed"):
+            f = tg.build([X], Y)
+        assert f.target == "numpy"
+        np.testing.assert_array_equal(f(np.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
+    finally:
+        compiler._toolchain_id.cache_clear()

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..ir.tensor import Compute, Placeholder, Tensor
 from ..ir.traverse import topo_tensors
+from .cpu.errors import CompileError
 
 TARGETS = ("numpy", "cpu")
 _WARNED: list[bool] = []
@@ -38,6 +39,7 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     _check_signature(ins, outs)
+    chosen = target is None
     target = target or default_target()
     if target == "cuda":
         raise ValueError(
@@ -58,7 +60,18 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     else:
         from .numpy_backend import NumpyProgram as Program
 
-    program = Program(plan(outs), ins)
+    try:
+        program = Program(plan(outs), ins)
+    except CompileError as error:
+        if not chosen:
+            raise
+        # the compiler is there but cannot build for this machine (no OpenMP, no libmvec):
+        # the target was ours to choose, so run on the reference backend and say why
+        warnings.warn(f"the compiled cpu target failed ({str(error).splitlines()[0]}); "
+                      "running on the NumPy backend", RuntimeWarning, stacklevel=2)
+        from .numpy_backend import NumpyProgram
+
+        target, program = "numpy", NumpyProgram(plan(outs), ins)
 
     def run(*arrays):
         if len(arrays) != len(ins):

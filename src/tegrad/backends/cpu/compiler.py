@@ -20,13 +20,11 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from .errors import CompileError, CompilerMissing
+
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
          "-fPIC", "-shared", "-std=gnu11", "-w")
 LIBS = ("-lmvec", "-lm")
-
-
-class CompilerMissing(RuntimeError):
-    """No C compiler: the compiled target is unavailable."""
 
 
 @cache
@@ -70,7 +68,10 @@ def load(source: str) -> ctypes.CDLL:
     if not path.exists():
         folder.mkdir(parents=True, exist_ok=True)
         _compile(source, path)
-    lib = ctypes.CDLL(str(path))
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as error:  # built, but the loader refuses it (a library missing here)
+        raise CompileError(f"cannot load the compiled kernels {path}: {error}") from error
     _LOADED[key] = lib
     return lib
 
@@ -85,6 +86,6 @@ def _compile(source: str, path: Path) -> None:
         if done.returncode != 0:
             kept = path.with_suffix(".failed.c")
             kept.write_text(source)
-            raise RuntimeError(f"gcc failed on generated kernels (source kept at {kept}):\n"
-                               f"{done.stderr[-4000:]}")
+            raise CompileError(f"gcc failed on the generated kernels (source kept at {kept}):"
+                               f"\n{done.stderr[-4000:]}")
         os.replace(out, path)
