@@ -34,7 +34,7 @@ from ..ir.bounds import interval
 from ..ir.expr import SUM, Expr, Read, Reduce, Var, binary, conjunction, const, select
 from ..ir.scan import ScanOp, lift, scan
 from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
-from ..ir.traverse import substitute
+from ..ir.traverse import substitute, tensors_read
 from .reductions import zero
 
 
@@ -99,6 +99,7 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
     step_loss = _weighted_sum(g.outputs, mu, f"{op.name}.step_loss")
     grads = gradient(step_loss, targets, None) if targets else []
     vjp: dict[Tensor, Tensor] = dict(zip(targets, grads, strict=True))
+    shared = _forward_recompute(op, list(vjp.values()), mu, finish)
 
     # the adjoint scan, in reversed time r = T - 1 - t
     lam = [placeholder(s.shape, s.dtype, f"{s.name}.adj") for s in op.states]
@@ -120,7 +121,7 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
             if s_lag != s:
                 continue
             if c not in fwd_read_cache:
-                fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish)
+                fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish, shared)
             lifted = fwd_read_cache[c][p]
             if lifted.shape != (T, *p.shape):  # not lifted: it reads no head, so it is 0
                 continue
@@ -151,11 +152,13 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
         def read_at(p, r, idx):
             if p in mu_index:
                 return lam_read(mu_index[p], step_of(r), idx)
+            if p in shared:
+                return _row_read(shared[p], r, idx)
             return read_fwd(p, r, idx)
 
         names = [*slices.values(), *wholes]
-        lifted = lift([vjp[p] for p in names], stepwise | set(mu), read_at, T - k, "lift",
-                      finish)
+        lifted = lift([vjp[p] for p in names], stepwise | set(mu) | set(shared), read_at,
+                      T - k, "lift", finish)
         by_target = dict(zip(names, lifted, strict=True))
         for (u, a, b), p in slices.items():
             total = _sum_over_steps(by_target[p], u, k, T, (a, b), by_target[p] is not vjp[p])
@@ -172,24 +175,57 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
     return out
 
 
-def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish) -> dict[Tensor, Tensor]:
+def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish, shared) -> dict[Tensor, Tensor]:
     """The VJPs of the lagged states, lifted into the adjoint scan for lag ``c``: at
     reversed row ``r`` they are the step graph's at step ``T - 1 - r + c``, with head
-    ``lam[r - c]`` (the adjoint state's row ``c`` back)."""
+    ``lam[r - c]`` (the adjoint state's row ``c`` back). The forward values they recompute
+    are read from ``shared`` (``_forward_recompute``) at row ``T - 1 - r + c - k``."""
     g = op.step()
-    T = op.length
-    read_fwd, stepwise = _forward_reads(
-        op, lambda r: binary("add", binary("sub", const(T - 1), r), const(c)))
+    T, k = op.length, op.init_rows
+
+    def step_of(r):
+        return binary("add", binary("sub", const(T - 1), r), const(c))
+
+    read_fwd, stepwise = _forward_reads(op, step_of)
     mu_index = {m: s for s, m in enumerate(mu)}
 
     def read_at(p, r, idx):
         if p in mu_index:
             state = lam[mu_index[p]]
             return Read(state, (binary("sub", r, const(c)), *idx), state.dtype)
+        if p in shared:
+            return _row_read(shared[p], binary("sub", step_of(r), const(k)), idx)
         return read_fwd(p, r, idx)
 
     wanted = [p for (s, lag), p in g.lagged.items() if lag == c]
-    lifted = lift([vjp[p] for p in wanted], stepwise | set(mu), read_at, T, f"adj{c}", finish)
+    lifted = lift([vjp[p] for p in wanted], stepwise | set(mu) | set(shared), read_at, T,
+                  f"adj{c}", finish)
+    return dict(zip(wanted, lifted, strict=True))
+
+
+def _forward_recompute(op: ScanOp, grads: list, mu: list, finish) -> dict[Tensor, Tensor]:
+    """The step computes of the VJP graph that depend on the step's forward values but not
+    on its head ``mu`` (an LSTM's gate pre-activations), lifted once over the forward steps
+    ``t = k + r``: the adjoint scan (in reversed time) and the parameter gradients (in
+    forward time) read these rows instead of each recomputing them over all steps."""
+    from ..ir.traverse import topo_tensors
+
+    read_fwd, stepwise = _forward_reads(op, lambda r: binary("add", r, const(op.init_rows)))
+    heads = set(mu)
+    forward, on_head = set(), set()
+    for x in topo_tensors(grads):
+        reads = tensors_read(x.body) if isinstance(x, Compute) else []
+        if any(u in heads or u in on_head for u in reads):
+            on_head.add(x)
+        elif (isinstance(x, Compute) and x not in stepwise  # (a new row: in the history)
+              and any(u in stepwise or u in forward for u in reads)):
+            forward.add(x)
+    if not forward:
+        return {}
+    # only what a head-dependent compute reads directly: the rest is inside those
+    wanted = [x for x in topo_tensors(grads) if x in forward
+              and any(x in tensors_read(y.body) for y in on_head)]
+    lifted = lift(wanted, stepwise, read_fwd, op.length - op.init_rows, "fwd", finish)
     return dict(zip(wanted, lifted, strict=True))
 
 
