@@ -29,14 +29,12 @@ PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling threa
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 
 
-def run_kernel(kernel, arrays, evaluate_compute, matmul=np.matmul):
-    """``matmul(a, b, out=None)``: the batched product the contractions call (a compiled
-    backend passes its own, see ``backends/cpu/gemm.py``)."""
+def run_kernel(kernel, arrays, evaluate_compute):
     if kernel.kind == "general":
         body_of = getattr(kernel.detail, "body_of", kernel.tensor)
         return evaluate_compute(body_of, arrays)
     if kernel.kind == "contraction":
-        return run_contraction(kernel.detail, arrays, matmul)
+        return run_contraction(kernel.detail, arrays)
     if kernel.kind == "scatter":
         return run_scatter(kernel.detail, arrays, kernel.tensor.name)
     raise NotImplementedError(kernel.kind)
@@ -45,7 +43,7 @@ def run_kernel(kernel, arrays, evaluate_compute, matmul=np.matmul):
 # contractions ---------------------------------------------------------------------------
 
 
-def run_contraction(c: Contraction, arrays: dict, matmul=np.matmul) -> np.ndarray:
+def run_contraction(c: Contraction, arrays: dict) -> np.ndarray:
     acc = np.dtype(c.dtype)
     empty = EMPTY.get()
     if empty is None:
@@ -56,12 +54,11 @@ def run_contraction(c: Contraction, arrays: dict, matmul=np.matmul) -> np.ndarra
             out.fill(0)
     cache: dict = {}
     for piece in c.pieces:
-        _run_piece(piece, arrays, out, not c.disjoint, cache, matmul)
+        _run_piece(piece, arrays, out, not c.disjoint, cache)
     return out if c.out_dtype == c.dtype else out.astype(c.out_dtype)
 
 
-def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict,
-               matmul) -> None:
+def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict) -> None:
     ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
     target = _view(out, p.out_index, ranges, writeable=True)[0]
     pitch: dict = {}
@@ -79,7 +76,7 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
                 target[...] = 0
             return
         ops.append(op)
-    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate, matmul)
+    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate)
 
 
 def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
@@ -143,7 +140,7 @@ def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None):
     return _view(buf, f.index, ranges, origin=[lo for lo, _ in box])
 
 
-def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, matmul):
+def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
     present = set().union(*(vs for _, vs in ops))
     scale *= math.prod(ext[v] for v in red_vars if v not in present)
     summed = []
@@ -155,7 +152,7 @@ def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, matmul):
             vs = [v for v in vs if v in others]
         summed.append((a, vs))
     if len(summed) == 2:
-        _matmul(summed, out_vars, target, ext, scale, accumulate, matmul)
+        _matmul(summed, out_vars, target, ext, scale, accumulate)
         return
     if len(summed) == 1:
         result, rvars = summed[0]
@@ -183,7 +180,7 @@ def _write(target, out_vars, result, rvars, accumulate):
         _copy(target, result)
 
 
-def _matmul(ops, out_vars, target, ext, scale, accumulate, matmul):
+def _matmul(ops, out_vars, target, ext, scale, accumulate):
     (a, av), (b, bv) = ops
     sa, sb = set(av), set(bv)
     outs = [v for v in out_vars if v in sa or v in sb]
@@ -216,7 +213,7 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, matmul):
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
     blocks = 1 if lead is None else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
-        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, matmul)
+        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
         return
     step = -(-ext[lead] // blocks)
     for lo in range(0, ext[lead], step):
@@ -226,15 +223,15 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, matmul):
         sub = {**ext, lead: cut.stop - cut.start}
         if lead in out_vars:
             ts = target[(slice(None),) * out_vars.index(lead) + (cut,)]
-            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate, matmul)
+            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate)
         else:
-            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
-                  matmul)
+            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
 
 
-def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, matmul):
+def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N)."""
     prefix, m_vars, n_vars, k_vars = layout
+    matmul = MATMUL.get() or np.matmul
     xm = _arrange(x, xv, prefix, m_vars, k_vars, ext, "x")
     ym = _arrange(y, yv, prefix, k_vars, n_vars, ext, "y")
     if scale != 1:
@@ -360,8 +357,9 @@ _THREADS = _threads()
 _POOL: list = []
 
 
-# a compiled backend's copy(dst, src) and empty(shape, dtype) (its buffer pool) for the
-# duration of its run (backends/cpu/copy.py, buffers.py)
+# a compiled backend's matmul(a, b, out=None), copy(dst, src) and empty(shape, dtype) (its
+# buffer pool), for the duration of its run (backends/cpu/gemm.py, copy.py, buffers.py)
+MATMUL: ContextVar = ContextVar("tegrad_matmul", default=None)
 COPY: ContextVar = ContextVar("tegrad_copy", default=None)
 EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)
 

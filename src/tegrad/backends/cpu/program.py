@@ -19,7 +19,7 @@ from ...lower.fusion import fuse
 from ...lower.plan import Plan
 from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
-from ..numpy_kernels import COPY, EMPTY, run_kernel
+from ..numpy_kernels import COPY, EMPTY, MATMUL, run_kernel
 from ..scan_run import run_scan
 from .buffers import BufferPool
 from .c_ops import PRELUDE
@@ -129,14 +129,16 @@ class CpuProgram:
         if not self.top:
             return self._run(feed)
         self.pool.reclaim()
-        token = COPY.set(_copy)  # layout copies on the same threads (copy.py)
-        token_empty = EMPTY.set(self.pool.take)  # contraction outputs from the pool too
+        # products and layout copies on the same threads (gemm.py, copy.py), contraction
+        # outputs from the pool
+        tokens = [(hook, hook.set(value)) for hook, value in
+                  ((MATMUL, _matmul), (COPY, _copy), (EMPTY, self.pool.take))]
         try:
             with one_blas_thread():  # one thread pool: see gemm.py
                 results = self._run(feed)
         finally:
-            COPY.reset(token)
-            EMPTY.reset(token_empty)
+            for hook, token in tokens:
+                hook.reset(token)
         self.pool.lend(results)
         return results
 
@@ -149,7 +151,7 @@ class CpuProgram:
             elif step is not None:
                 arrays[kernel.tensor] = step(arrays, self.pool)
             else:
-                arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute, _matmul)
+                arrays[kernel.tensor] = run_kernel(kernel, arrays, evaluate_compute)
             for t in self.dead_after[k]:
                 self.pool.give(arrays, t)
         return [arrays[t] for t in self.plan.outputs]
