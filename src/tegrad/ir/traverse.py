@@ -91,6 +91,15 @@ def substitute(e: Expr, mapping: Mapping[Var, Expr]) -> Expr:
     return go(e, keys)
 
 
+def with_fresh_axes(r: Reduce) -> Reduce:
+    """``r`` over new axis variables (same names and ranges): for placing a reduction where
+    its axis objects are already bound, or where substituted indices use them."""
+    fresh = {a: Var.fresh(a.name, a.lo, a.extent, a.dtype) for a in r.axes}
+    where = None if r.where is None else substitute(r.where, fresh)
+    return Reduce(r.combiner, substitute(r.source, fresh), tuple(fresh.values()), where,
+                  r.dtype)
+
+
 def transform(e: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
     """Rebuild bottom-up; ``fn(node_with_new_children)`` may return a replacement."""
     memo: dict[Expr, Expr] = {}

@@ -33,9 +33,17 @@ from __future__ import annotations
 
 import math
 
-from ..ir.expr import Expr, Read, Reduce, Var
+from ..ir.expr import Expr, Read, Reduce
 from ..ir.tensor import Compute, make_compute
-from ..ir.traverse import children, free_vars, substitute, tensors_read, transform, walk
+from ..ir.traverse import (
+    children,
+    free_vars,
+    substitute,
+    tensors_read,
+    transform,
+    walk,
+    with_fresh_axes,
+)
 from .contraction import Contraction
 from .plan import Fused, Kernel, Plan
 
@@ -119,10 +127,7 @@ def _fresh_reductions(body: Expr, outer: frozenset) -> Expr:
     variable object would otherwise capture."""
     def rename(e: Expr) -> Expr | None:
         if isinstance(e, Reduce) and outer & frozenset(e.axes):
-            fresh = {a: Var.fresh(a.name, a.lo, a.extent, a.dtype) for a in e.axes}
-            where = None if e.where is None else substitute(e.where, fresh)
-            return Reduce(e.combiner, substitute(e.source, fresh), tuple(fresh.values()),
-                          where, e.dtype)
+            return with_fresh_axes(e)
         return None
 
     return transform(body, rename) if outer else body

@@ -14,7 +14,7 @@ from ...ir.affine import linearize
 from ...ir.bounds import interval, is_pure_index
 from ...ir.expr import Const, Expr, Read, Reduce, Var
 from ...ir.tensor import Compute
-from ...ir.traverse import children, substitute, walk, with_children
+from ...ir.traverse import children, walk, with_children, with_fresh_axes
 
 
 def unshadow(e: Expr, bound: frozenset) -> Expr:
@@ -30,10 +30,7 @@ def unshadow(e: Expr, bound: frozenset) -> Expr:
             return hit
         if isinstance(x, Reduce):
             if bound & frozenset(x.axes):
-                fresh = {a: Var.fresh(a.name, a.lo, a.extent, a.dtype) for a in x.axes}
-                where = None if x.where is None else substitute(x.where, fresh)
-                x = Reduce(x.combiner, substitute(x.source, fresh), tuple(fresh.values()),
-                           where, x.dtype)
+                x = with_fresh_axes(x)
             inner = bound | frozenset(x.axes)
             out = with_children(x, tuple(go(c, inner) for c in children(x)))
         elif isinstance(x, Var | Const):
