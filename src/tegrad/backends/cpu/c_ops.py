@@ -135,7 +135,7 @@ def binary(op: str, a: str, b: str, dtype: str, operand: str) -> str:
     return f"({a} {sym} {b})"
 
 
-def cast(a: str, src: str, dtype: str) -> str:
+def cast(a: str, dtype: str) -> str:
     if dtype == "bool":
         return f"({a} != 0)"
     return f"(({CTYPE[dtype]})({a}))"

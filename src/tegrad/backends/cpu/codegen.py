@@ -290,7 +290,7 @@ class KernelSource(ReductionEmitter):
                 return f"({self.value(e.a)} {op} {self.value(e.b)})"
             return c_ops.binary(e.op, self.value(e.a), self.value(e.b), e.dtype, operand)
         if isinstance(e, Cast):
-            return c_ops.cast(self.value(e.a), e.a.dtype, e.dtype)
+            return c_ops.cast(self.value(e.a), e.dtype)
         raise TypeError(f"cannot compile {type(e).__name__}")
 
     def read(self, e: Read) -> str:

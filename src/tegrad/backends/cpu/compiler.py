@@ -76,6 +76,14 @@ def load(source: str) -> ctypes.CDLL:
     return lib
 
 
+def bind(lib: ctypes.CDLL, name: str, argtypes: list):
+    """The function ``name`` of ``lib``, returning nothing, called with ``argtypes``."""
+    fn = getattr(lib, name)
+    fn.argtypes = argtypes
+    fn.restype = None
+    return fn
+
+
 def _compile(source: str, path: Path) -> None:
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         c_file = Path(tmp) / "kernels.c"

@@ -9,6 +9,7 @@ index space; the innermost dimension is a ``memcpy`` where both sides are contig
 from __future__ import annotations
 
 import ctypes
+from functools import cache
 
 import numpy as np
 
@@ -46,19 +47,13 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
 """
 MIN_ELEMENTS = 1 << 16  # smaller copies stay with NumPy
 
-_STATE: dict = {}
-
-
+@cache
 def _helper():
-    if "copy" not in _STATE:
-        from .compiler import load
+    from .compiler import bind, load
 
-        fn = load(_HELPER).tg_copy
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int]
-        _STATE["copy"] = fn
-    return _STATE["copy"]
+    return bind(load(_HELPER), "tg_copy",
+                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int])
 
 
 def copy(dst: np.ndarray, src: np.ndarray, threads: int) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 from contextlib import contextmanager
+from functools import cache, cached_property
 
 import numpy as np
 
@@ -89,18 +90,18 @@ class _Blas:
                     self.found = True
                     return
 
+    @cached_property
     def helper(self):
-        from .compiler import load
+        """``tg_gemm`` compiled for this BLAS's integer width."""
+        from .compiler import bind, load
 
         source = (_HELPER.replace("BLASINT", "int64_t" if self.wide else "int")
                   .replace("MIN_PARALLEL_MACS", f"{float(MIN_PARALLEL_MACS)!r}"))
-        fn = load(source).tg_gemm
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
-                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
-                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
-                       ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int]
-        return fn
+        return bind(load(source), "tg_gemm",
+                    [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
+                     ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
+                     ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
+                     ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int])
 
 
 def _loaded_blas_paths() -> list[str]:
@@ -113,13 +114,9 @@ def _loaded_blas_paths() -> list[str]:
     return sorted(p for p in paths if p.startswith("/"))
 
 
-_STATE: dict = {}
-
-
+@cache
 def _blas() -> _Blas:
-    if "blas" not in _STATE:
-        _STATE["blas"] = _Blas()
-    return _STATE["blas"]
+    return _Blas()
 
 
 @contextmanager
@@ -160,9 +157,7 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads:
     if la is None or lb is None or lc is None or lc[1]:
         return np.matmul(a, b, out=out)
     size = a.itemsize
-    if "gemm" not in _STATE:
-        _STATE["gemm"] = blas.helper()
-    _STATE["gemm"](blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M, N,
+    blas.helper(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M, N,
                    K, am.ctypes.data, am.strides[0] // size, la[0], la[1], bm.ctypes.data,
                    bm.strides[0] // size, lb[0], lb[1], cm.ctypes.data, cm.strides[0] // size,
                    lc[0], threads)

@@ -24,7 +24,7 @@ from ..scan_run import run_scan
 from .buffers import BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
-from .compiler import load
+from .compiler import bind, load
 from .copy import copy
 from .gemm import matmul, one_blas_thread
 
@@ -73,9 +73,8 @@ class _Compiled:
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
         if self.fn is None:
-            self.fn = getattr(self.unit.lib, self.src.name)
-            self.fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
-            self.fn.restype = None
+            self.fn = bind(self.unit.lib, self.src.name,
+                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
         t = self.src.tensor
         out = np.empty(t.shape, self.dtypes[0]) if pool is None else pool.take(t.shape, t.dtype)
         held = [out]

@@ -292,7 +292,7 @@ def inline_combiner(e: Expr, env: dict) -> str:
         a, b = inline_combiner(e.a, env), inline_combiner(e.b, env)
         return c_ops.binary(e.op, a, b, e.dtype, operand)
     if isinstance(e, Cast):
-        return c_ops.cast(inline_combiner(e.a, env), e.a.dtype, e.dtype)
+        return c_ops.cast(inline_combiner(e.a, env), e.dtype)
     if isinstance(e, Select):
         cond, a, b = (inline_combiner(x, env) for x in (e.cond, e.a, e.b))
         return f"({cond} ? {a} : {b})"
