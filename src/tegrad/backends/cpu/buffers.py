@@ -1,7 +1,7 @@
 """Output buffers reused from run to run: a caching allocator for one program.
 
 A fresh multi-megabyte NumPy array costs its page faults: the kernel zeroes every page on
-first touch (measured here: 0.8 ms for 16 MB, half of a softmax backward's kernel time).
+first touch (timed once here, with a one-off script: 0.8 ms for 16 MB).
 PyTorch keeps freed memory in a caching allocator; a program does the same with the
 arrays its general kernels write: an intermediate goes back to the pool after its last
 reader, and an output goes back once the caller has dropped every reference to it
