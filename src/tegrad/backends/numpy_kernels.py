@@ -73,6 +73,7 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
         op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k))
         if op is None:  # reads only padding: the piece is zero
             if not accumulate:
+                _untraceable("a piece that reads only padding")
                 target[...] = 0
             return
         ops.append(op)
@@ -175,6 +176,7 @@ def _write(target, out_vars, result, rvars, accumulate):
                              for v in out_vars])
     result = result[tuple(slice(0, n) for n in target.shape)]  # drop widened columns
     if accumulate:
+        _untraceable("an accumulated product")
         target += result
     else:
         _copy(target, result)
@@ -333,6 +335,11 @@ class _Workspace(threading.local):
 _WORKSPACE = _Workspace()
 
 
+def workspace_buffers() -> list[np.ndarray]:
+    """This thread's scratch buffers (the roots the roles' arrays are views of)."""
+    return list(_WORKSPACE.buffers.values())
+
+
 def clear_workspace() -> None:
     """Release this thread's scratch buffers."""
     _WORKSPACE.buffers.clear()
@@ -362,6 +369,15 @@ _POOL: list = []
 MATMUL: ContextVar = ContextVar("tegrad_matmul", default=None)
 COPY: ContextVar = ContextVar("tegrad_copy", default=None)
 EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)
+# a recorder of a contraction's products and copies (backends/cpu/replay.py); every other
+# write to an array the products read or to the output calls _untraceable
+TRACE: ContextVar = ContextVar("tegrad_trace", default=None)
+
+
+def _untraceable(why: str) -> None:
+    tracer = TRACE.get()
+    if tracer is not None:
+        tracer.untraceable(why)
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:

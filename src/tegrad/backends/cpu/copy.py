@@ -56,15 +56,39 @@ def _helper():
                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int])
 
 
+class CopyCall:
+    """One ``tg_copy`` call but for its two addresses, replayable on other arrays of the
+    same layout (``replay.py``); a copy under ``MIN_ELEMENTS`` runs on one thread."""
+
+    def __init__(self, dst: np.ndarray, src: np.ndarray):
+        dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]
+        self.ndim = len(dims)
+        self.shape = np.array([dst.shape[k] for k in dims], np.int64)
+        self.ds = np.array([dst.strides[k] for k in dims], np.int64)
+        self.ss = np.array([src.strides[k] for k in dims], np.int64)
+        self.addresses = (self.shape.ctypes.data, self.ds.ctypes.data, self.ss.ctypes.data)
+        self.itemsize = dst.itemsize
+        self.parallel = dst.size >= MIN_ELEMENTS
+
+    def run(self, dst: int, src: int, threads: int) -> None:
+        _helper()(dst, src, self.ndim, *self.addresses, self.itemsize,
+                  threads if self.parallel else 1)
+
+
+def prepare(dst: np.ndarray, src: np.ndarray):
+    """``(call, (dst, src broadcast))`` making ``dst[...] = src``, or None for a copy that
+    ``np.copyto`` must make (dtypes differ, or 0-d)."""
+    if dst.dtype != src.dtype or dst.ndim == 0 or dst.size == 0:
+        return None
+    src = np.broadcast_to(src, dst.shape)
+    return CopyCall(dst, src), (dst, src)
+
+
 def copy(dst: np.ndarray, src: np.ndarray, threads: int) -> None:
     """``dst[...] = src`` (broadcasting ``src``, same dtype; else ``np.copyto``)."""
-    if dst.size < MIN_ELEMENTS or dst.dtype != src.dtype or dst.ndim == 0:
+    prepared = None if dst.size < MIN_ELEMENTS else prepare(dst, src)
+    if prepared is None:
         np.copyto(dst, src)
         return
-    src = np.broadcast_to(src, dst.shape)
-    dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]
-    shape = np.array([dst.shape[k] for k in dims], np.int64)
-    ds = np.array([dst.strides[k] for k in dims], np.int64)
-    ss = np.array([src.strides[k] for k in dims], np.int64)
-    _helper()(dst.ctypes.data, src.ctypes.data, len(dims), shape.ctypes.data, ds.ctypes.data,
-              ss.ctypes.data, dst.itemsize, threads)
+    call, operands = prepared
+    call.run(*(x.ctypes.data for x in operands), threads)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 from contextlib import contextmanager
 from functools import cache, cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -134,33 +135,81 @@ def one_blas_thread():
         blas.set_threads(before)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int = 1):
-    """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
-    split over ``threads`` OpenMP threads."""
+class GemmCall(NamedTuple):
+    """One ``tg_gemm`` call but for its three addresses: what ``matmul`` decided for one
+    layout of its operands, replayable on others of that layout (``replay.py``)."""
+
+    fn: int
+    dbl: int
+    batch: int
+    M: int
+    N: int
+    K: int
+    sa: int
+    lda: int
+    ta: int
+    sb: int
+    ldb: int
+    tb: int
+    sc: int
+    ldc: int
+
+    def run(self, a: int, b: int, c: int, threads: int) -> None:
+        _blas().helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
+                       self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc, self.ldc,
+                       threads)
+
+
+def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray):
+    """``(call, (a, b, out) as the call's batched operands)`` making ``out[...] = a @ b``
+    for float operands ``(..., M, K) @ (..., K, N)``, or None where a layout or dtype is not
+    one BLAS takes (``np.matmul`` must then do it). An operand may be a copy: the call
+    reads the addresses of the arrays returned, which must live until it is made."""
     blas = _blas()
     if (not blas.found or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64)
-            or a.ndim < 2 or b.ndim < 2):
-        return np.matmul(a, b, out=out)
+            or a.ndim < 2 or b.ndim < 2 or out.dtype != a.dtype):
+        return None
     M, K = a.shape[-2:]
     N = b.shape[-1]
-    prefix = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    if out is None:
-        out = np.empty((*prefix, M, N), a.dtype)
-    if out.shape != (*prefix, M, N) or out.dtype != a.dtype or 0 in out.shape or K == 0:
-        return np.matmul(a, b, out=out)
+    try:
+        prefix = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ValueError:
+        return None
+    if out.shape != (*prefix, M, N) or 0 in out.shape or K == 0 or b.shape[-2] != K:
+        return None
     am, bm = _batched(a, prefix), _batched(b, prefix)
     try:  # the result is written in place: it must be a view
         cm = out[None] if not prefix else np.reshape(out, (-1, M, N), copy=False)
     except ValueError:
-        return np.matmul(a, b, out=out)
+        return None
     la, lb, lc = _layout(am, M, K), _layout(bm, K, N), _layout(cm, M, N)
     if la is None or lb is None or lc is None or lc[1]:
-        return np.matmul(a, b, out=out)
+        return None
     size = a.itemsize
-    blas.helper(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M, N,
-                   K, am.ctypes.data, am.strides[0] // size, la[0], la[1], bm.ctypes.data,
-                   bm.strides[0] // size, lb[0], lb[1], cm.ctypes.data, cm.strides[0] // size,
-                   lc[0], threads)
+    call = GemmCall(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M,
+                    N, K, am.strides[0] // size, la[0], la[1], bm.strides[0] // size, lb[0],
+                    lb[1], cm.strides[0] // size, lc[0])
+    return call, (am, bm, cm)
+
+
+def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    """The shape of ``a @ b`` (both at least 2-D)."""
+    return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int = 1):
+    """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
+    split over ``threads`` OpenMP threads."""
+    if out is None and a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype:
+        try:
+            out = np.empty(result_shape(a, b), a.dtype)
+        except ValueError:
+            out = None
+    prepared = None if out is None else prepare(a, b, out)
+    if prepared is None:
+        return np.matmul(a, b, out=out)
+    call, operands = prepared
+    call.run(*(x.ctypes.data for x in operands), threads)
     return out
 
 

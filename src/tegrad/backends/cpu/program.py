@@ -27,6 +27,7 @@ from .codegen import KernelSource
 from .compiler import bind, load
 from .copy import copy
 from .gemm import matmul, one_blas_thread
+from .replay import ReplayedContraction, data_address
 
 
 def num_threads() -> int:
@@ -83,7 +84,7 @@ class _Compiled:
             if arr.dtype is not dtype or not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
-        self.fn(self.pointers(*[h.ctypes.data for h in held]), self.err_address, _THREADS)
+        self.fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
         if self.err[0]:
             g = self.src.gathers[self.err[0] - 1]
             value = int(self.err[1])
@@ -116,6 +117,8 @@ class CpuProgram:
         for kernel in self.plan.kernels:
             if kernel.kind == "general":
                 self.steps.append(_Compiled(unit.add(kernel), unit))
+            elif kernel.kind == "contraction":
+                self.steps.append(ReplayedContraction(kernel.detail, _THREADS))
             elif kernel.kind == "scan":
                 step = CpuProgram(kernel.detail.plan, kernel.detail.step.placeholders(), unit)
                 self.steps.append(step)

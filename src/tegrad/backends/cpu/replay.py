@@ -1,0 +1,233 @@
+"""Contractions replayed: the C calls of a contraction, recorded once per layout.
+
+A contraction runs ``numpy_kernels``' general path: Python that derives views, layout
+copies and product shapes from its operands' shapes and strides. That costs about 0.2 ms
+a call whatever the size, and a scan's step calls it once per step (an LSTM's ``h @ W``
+is 0.1 ms of BLAS). Its decisions depend only on the layouts, so ``ReplayedContraction``
+runs the general path once per layout ``(shape, strides, dtype)`` of the factors with a
+``Recorder`` as its product, copy and allocation hooks. Every product (``gemm.GemmCall``)
+and copy (``copy.CopyCall``) is logged with each operand located as ``(buffer, byte
+offset)``, where a buffer is one of:
+
+- an input: the array of a tensor the contraction reads;
+- the output: the array the contraction returns, taken from the program's pool;
+- an owned buffer: a temporary product the recorder allocated, or one of
+  ``numpy_kernels``' workspace buffers (layout copies, zero-padded operands). The recipe
+  keeps a copy of each, made at the end of the recording, per thread: the zero borders of a
+  padded operand are written outside the logged copies, and are the same for every call of
+  one layout.
+
+Later calls with that layout make the logged calls at the new addresses, in order.
+
+A recording is kept only when it is complete. Every operand an action touches must lie in
+one of those buffers: an operand NumPy computed (a cast, a partial sum, a scaled copy)
+lies in none. Writes that are neither products nor copies (an accumulated product, a
+zeroed piece) call ``numpy_kernels._untraceable``. A contraction returning anything but
+its output buffer is not kept either. Otherwise the layout keeps the general path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import numpy as np
+
+from ..numpy_kernels import COPY, EMPTY, MATMUL, TRACE, run_contraction, workspace_buffers
+from . import copy as copies
+from . import gemm
+from .buffers import BufferPool
+
+MAX_OWNED_BYTES = 1 << 22  # a larger workspace is not copied: such products are slow anyway
+
+
+def _data_offset() -> int | None:
+    """The offset of the data pointer in NumPy's array object (``PyArrayObject_fields``:
+    after the object header), checked on an array; None if it does not match here."""
+    probe = np.arange(3.0)
+    offset = object.__basicsize__
+    found = ctypes.c_void_p.from_address(id(probe) + offset).value
+    return offset if found == probe.ctypes.data else None
+
+
+_OFFSET = _data_offset()
+
+
+def data_address(a: np.ndarray) -> int:
+    """``a.ctypes.data``, five times faster (read from the array object)."""
+    if _OFFSET is None:
+        return a.ctypes.data
+    return ctypes.c_void_p.from_address(id(a) + _OFFSET).value
+
+
+def _span(a: np.ndarray) -> tuple[int, int]:
+    """The addresses ``[lo, hi)`` of the bytes array ``a`` may touch."""
+    start = a.ctypes.data
+    lo = hi = 0
+    for n, s in zip(a.shape, a.strides, strict=True):
+        if n > 1:
+            if s < 0:
+                lo += (n - 1) * s
+            else:
+                hi += (n - 1) * s
+    return start + lo, start + hi + a.itemsize
+
+
+class Recorder:
+    """The hooks of one recorded run: products and copies made (on ``threads``) and
+    logged, with their operands located (see the module header). ``why`` says what made
+    the run untraceable, or is None."""
+
+    def __init__(self, inputs: list[np.ndarray], pool: BufferPool | None, threads: int):
+        self.threads = threads
+        self.pool = pool
+        self.inputs = [(a.ctypes.data, *_span(a)) for a in inputs]
+        self.output: np.ndarray | None = None
+        self.owned: list[np.ndarray] = []  # temporaries and workspace buffers (roots)
+        self.actions: list = []
+        self.why: str | None = None
+
+    def untraceable(self, why: str) -> None:
+        if self.why is None:
+            self.why = why
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        if self.output is not None:
+            self.untraceable("a second output buffer")
+        out = np.empty(shape, dtype) if self.pool is None else self.pool.take(shape, dtype)
+        self.output = out
+        return out
+
+    def matmul(self, a, b, out=None):
+        if out is None and a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype:
+            out = np.empty(gemm.result_shape(a, b), a.dtype)
+            self.owned.append(out)
+        prepared = None if out is None else gemm.prepare(a, b, out)
+        if prepared is None:
+            self.untraceable("a product outside BLAS")
+            return np.matmul(a, b, out=out)
+        self._log(*prepared)
+        return out
+
+    def copy(self, dst, src) -> None:
+        prepared = copies.prepare(dst, src)
+        if prepared is None:
+            if dst.size:
+                self.untraceable("a copy outside the copy helper")
+            np.copyto(dst, src)
+            return
+        self._log(*prepared)
+
+    def _log(self, call, operands) -> None:
+        addresses = [x.ctypes.data for x in operands]
+        self.actions.append((call, tuple(self._locate(p) for p in addresses)))
+        call.run(*addresses, self.threads)
+
+    def _locate(self, address: int) -> tuple[int, int]:
+        """``(buffer, byte offset from its data pointer)`` of an operand's first element:
+        buffers ``0..n-1`` are the inputs, ``n`` the output, ``n + 1 + j`` owned one
+        ``j``."""
+        found = [(k, address - data) for k, (data, lo, hi) in enumerate(self.inputs)
+                 if lo <= address < hi]
+        n = len(self.inputs)
+        if self.output is not None:
+            lo, hi = _span(self.output)
+            if lo <= address < hi:
+                found.append((n, address - self.output.ctypes.data))
+        for j, root in enumerate(self.owned):
+            start = root.ctypes.data
+            if start <= address < start + root.nbytes:
+                found.append((n + 1 + j, address - start))
+        if not found:
+            root = _workspace_root(address)
+            if root is None:
+                self.untraceable("an operand NumPy computed")
+                return -1, 0
+            self.owned.append(root)
+            found.append((n + len(self.owned), address - root.ctypes.data))
+        if len(found) > 1:
+            self.untraceable("an operand in two buffers")
+        return found[0]
+
+
+def _workspace_root(address: int) -> np.ndarray | None:
+    for root in workspace_buffers():
+        start = root.ctypes.data
+        if start <= address < start + root.nbytes:
+            return root
+    return None
+
+
+class _Recipe:
+    """The logged calls of one layout, made again on new arrays."""
+
+    def __init__(self, recorder: Recorder, covers: bool):
+        self.actions = recorder.actions
+        self.covers = covers
+        self.snapshots = [root.copy() for root in recorder.owned]  # made after the run
+        self.local = threading.local()
+
+    def run(self, inputs: list[np.ndarray], out: np.ndarray, threads: int) -> np.ndarray:
+        owned = getattr(self.local, "addresses", None)
+        if owned is None:  # this thread's copies of the owned buffers
+            self.local.arrays = [s.copy() for s in self.snapshots]
+            owned = self.local.addresses = [a.ctypes.data for a in self.local.arrays]
+        if not self.covers:
+            out.fill(0)
+        bases = [*map(data_address, inputs), data_address(out), *owned]
+        for call, operands in self.actions:
+            call.run(*[bases[k] + offset for k, offset in operands], threads)
+        return out
+
+
+_MISSING = object()
+
+
+class ReplayedContraction:
+    """A contraction kernel of a compiled program: ``__call__(arrays, pool)`` returns its
+    output, through a recipe when its layout has one."""
+
+    def __init__(self, contraction, threads: int):
+        self.c = contraction
+        self.threads = threads
+        self.tensors = list(dict.fromkeys(f.tensor for p in contraction.pieces
+                                          for f in p.factors))
+        self.recipes: dict = {}
+        self.untraced: dict = {}  # layout -> why it keeps the general path
+
+    def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
+        inputs = [arrays[t] for t in self.tensors]
+        try:
+            key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
+        except AttributeError:  # not arrays (a checkpointed history)
+            return run_contraction(self.c, arrays)
+        recipe = self.recipes.get(key, _MISSING)
+        if recipe is _MISSING:
+            return self._record(key, inputs, arrays, pool)
+        if recipe is None:
+            return run_contraction(self.c, arrays)
+        c = self.c
+        out = np.empty(c.shape, c.dtype) if pool is None else pool.take(c.shape, c.dtype)
+        return recipe.run(inputs, out, self.threads)
+
+    def _record(self, key, inputs, arrays, pool) -> np.ndarray:
+        recorder = Recorder(inputs, pool, self.threads)
+        hooks = ((MATMUL, recorder.matmul), (COPY, recorder.copy), (EMPTY, recorder.empty),
+                 (TRACE, recorder))
+        tokens = [(hook, hook.set(value)) for hook, value in hooks]
+        try:
+            result = run_contraction(self.c, arrays)
+        finally:
+            for hook, token in tokens:
+                hook.reset(token)
+        why = recorder.why
+        if why is None and result is not recorder.output:
+            why = "a result cast to another dtype"
+        if why is None and sum(r.nbytes for r in recorder.owned) > MAX_OWNED_BYTES:
+            why = "workspace too large to keep"
+        if why is None:
+            self.recipes[key] = _Recipe(recorder, self.c.covers)
+        else:
+            self.recipes[key] = None
+            self.untraced[key] = why
+        return result

@@ -1,0 +1,182 @@
+"""Replayed contractions on the compiled target (``backends/cpu/replay.py``).
+
+A contraction's products and copies are recorded on its first call with a layout and made
+again at new addresses on later calls. Each case runs the compiled program on three sets
+of inputs (record, replay, replay of the first set again) and compares every result with
+the NumPy backend; cases whose general path does only products and copies must have been
+replayed, the others (a scaled product, an accumulated one) must say why they were not.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tegrad as tg
+from tegrad.backends.cpu import compiler
+from tegrad.backends.cpu.replay import ReplayedContraction, data_address
+
+pytestmark = pytest.mark.skipif(compiler.compiler() is None, reason="no C compiler")
+
+
+def _matmul(dtype):
+    A = tg.placeholder((64, 48), dtype, "A")
+    B = tg.placeholder((48, 80), dtype, "B")
+    k = tg.reduce_axis((0, 48), "k")
+    C = tg.compute((64, 80), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return [A, B], C
+
+
+def _batched():
+    A = tg.placeholder((3, 40, 48), "float64", "A")
+    B = tg.placeholder((3, 48, 50), "float64", "B")
+    k = tg.reduce_axis((0, 48), "k")
+    C = tg.compute((3, 40, 50), lambda b, i, j: tg.sum(A[b, i, k] * B[b, k, j], axis=k),
+                   name="C")
+    return [A, B], C
+
+
+def _conv(stride):
+    X = tg.placeholder((2, 8, 12, 12), "float32", "X")
+    W = tg.placeholder((8, 8, 3, 3), "float32", "W")
+    return [X, W], tg.nn.conv2d(X, W, stride=stride, padding=1)
+
+
+def _scaled():  # a reduce variable no factor reads: the product is scaled by its extent
+    A = tg.placeholder((64, 48), "float64", "A")
+    B = tg.placeholder((48, 80), "float64", "B")
+    k = tg.reduce_axis((0, 48), "k")
+    r = tg.reduce_axis((0, 3), "r")
+    C = tg.compute((64, 80), lambda i, j: tg.sum(A[i, k] * B[k, j], axis=[k, r]), name="C")
+    return [A, B], C
+
+
+CASES = {  # name: (builder, every contraction replayed)
+    "matmul float32": (lambda: _matmul("float32"), True),
+    "matmul float64": (lambda: _matmul("float64"), True),
+    "batched matmul": (_batched, True),
+    "conv2d stride 1": (lambda: _conv(1), True),
+    "conv2d stride 2": (lambda: _conv(2), True),
+    "scaled product": (_scaled, False),
+}
+
+
+def _program(name):
+    build, _ = CASES[name]
+    inputs, out = build()
+    head = tg.placeholder(out.shape, out.dtype, "H")
+    outputs = [out, *tg.gradient(out, inputs, head=head)]
+    return [*inputs, head], outputs
+
+
+def _arrays(placeholders, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(p.shape).astype(p.dtype) for p in placeholders]
+
+
+def _contractions(program):
+    return [s for s in program.steps if isinstance(s, ReplayedContraction)]
+
+
+def _assert_close(got, want, dtype):
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_replay_matches_numpy(name):
+    inputs, outputs = _program(name)
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    assert _contractions(f.program), "the case has no contraction kernel"
+    for seed in (1, 2, 1):
+        arrays = _arrays(inputs, seed)
+        _assert_close(f(*arrays), ref(*arrays), inputs[0].dtype)
+    kernels = _contractions(f.program)
+    replayed = [s for s in kernels if any(r is not None for r in s.recipes.values())]
+    untraced = [why for s in kernels for why in s.untraced.values()]
+    if CASES[name][1]:
+        assert not untraced and len(replayed) == len(kernels)
+    else:  # the forward's product is scaled by NumPy; its gradients are plain products
+        assert untraced == ["an operand NumPy computed"]
+
+
+def test_accumulated_blocks_keep_the_general_path(monkeypatch):
+    """A product made in blocks of its reduced axis adds them up with ``+=``: not a
+    product or a copy, so that layout is not recorded, and stays correct."""
+    from tegrad.backends import numpy_kernels
+
+    monkeypatch.setattr(numpy_kernels, "BLOCK_ELEMENTS", 512)
+    inputs, outputs = _program("matmul float64")
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    for seed in (1, 2):
+        arrays = _arrays(inputs, seed)
+        _assert_close(f(*arrays), ref(*arrays), "float64")
+    untraced = [why for s in _contractions(f.program) for why in s.untraced.values()]
+    assert "an accumulated product" in untraced
+
+
+def test_a_new_layout_is_recorded_apart():
+    inputs, outputs = _program("matmul float64")
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    a, b, h = _arrays(inputs, 3)
+    _assert_close(f(a, b, h), ref(a, b, h), "float64")
+    fortran = np.asfortranarray(a)  # same values, other strides: its own recording
+    _assert_close(f(fortran, b, h), ref(a, b, h), "float64")
+    layouts = {key for s in _contractions(f.program) for key in s.recipes}
+    assert any(key[0][1] == fortran.strides for key in layouts)
+    assert any(key[0][1] == a.strides for key in layouts)
+
+
+def test_lstm_step_products_are_replayed():
+    """The scan's step program replays its product at every step after the first."""
+    x = tg.placeholder((6, 4, 16), "float32", "x")
+    h0, c0 = (tg.placeholder((4, 32), "float32", n) for n in ("h0", "c0"))
+    w_ih = tg.placeholder((128, 16), "float32", "w_ih")
+    w_hh = tg.placeholder((128, 32), "float32", "w_hh")
+    b_ih, b_hh = (tg.placeholder((128,), "float32", n) for n in ("b_ih", "b_hh"))
+    ps = [x, h0, c0, w_ih, w_hh, b_ih, b_hh]
+    out, _, _ = tg.nn.lstm(*ps)
+    head = tg.placeholder(out.shape, "float32", "head")
+    outputs = [out, *tg.gradient(out, ps, head=head)]
+    f = tg.build([*ps, head], outputs, target="cpu")
+    ref = tg.build([*ps, head], outputs, target="numpy")
+    for seed in (4, 5):
+        arrays = _arrays([*ps, head], seed)
+        _assert_close(f(*arrays), ref(*arrays), "float32")
+    steps = [s for k in f.program.steps if hasattr(k, "steps") for s in _contractions(k)]
+    assert steps and all(s.recipes and None not in s.recipes.values() for s in steps)
+
+
+def test_threads_replay_their_own_workspace():
+    inputs, outputs = _program("conv2d stride 1")
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    sets = [_arrays(inputs, seed) for seed in range(4)]
+    want = [ref(*a) for a in sets]
+    f(*sets[0])  # recorded here; the other threads replay with their own copies
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                _assert_close(f(*sets[k]), want[k], "float32")
+        except AssertionError as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_data_address_is_the_arrays_data_pointer():
+    for a in (np.zeros(5), np.zeros((4, 6), np.float32)[1:, ::2], np.zeros(3)[::-1]):
+        assert data_address(a) == a.ctypes.data
