@@ -11,6 +11,7 @@ compiler, ``target=None`` falls back to NumPy with a warning.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -132,6 +133,70 @@ def test_weight_gradient_reduces_in_column_order():
     Y = tg.nn.layer_norm(X, (96,), W, B)
     f = tg.build([X, W, B, H], tg.gradient(Y, [W], H), target="cpu")
     assert "cacc[j]" in f.program.steps[-1].src.text
+
+
+def test_guards_on_the_last_axis_split_its_loop():
+    """A concatenation along the last axis runs as one branch-free (vectorized) loop per
+    part: the guards that pick the part are constant on each range of columns."""
+    parts = [tg.placeholder((16, n), "float32", name) for n, name in
+             ((136, "A"), (120, "B"), (50, "C"))]
+    Y = tg.nn.cat(parts, dim=1)
+    f = tg.build(parts, Y, target="cpu")
+    text = f.program.steps[-1].src.text
+    assert text.count("#pragma omp simd") == 3 and "if (" not in text and " ? " not in text
+    assert re.search(r"for \(int (i\d+) = 136; \1 < 256;", text)
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(p.shape).astype(np.float32) for p in parts]
+    np.testing.assert_array_equal(f(*arrays), np.concatenate(arrays, axis=1))
+
+
+def test_regions_of_a_column_reduction():
+    """A bias gradient over concatenated gates, ``db[j] = sum_t (select(j < 24, sum_n
+    G1[t, n, j]) + select(24 <= j, sum_n G2[t, n, j - 24]))``: per range of ``j`` one sum
+    over (t, n), reduced in column order."""
+    G1 = tg.placeholder((5, 4, 24), "float64", "G1")
+    G2 = tg.placeholder((5, 4, 40), "float64", "G2")
+    t = tg.reduce_axis((0, 5), "t")
+    n1, n2 = tg.reduce_axis((0, 4), "n1"), tg.reduce_axis((0, 4), "n2")
+    db = tg.compute((64,), lambda j: tg.sum(
+        tg.if_then_else(j < 24, tg.sum(G1[t, n1, j], axis=n1), 0.0)
+        + tg.if_then_else(j >= 24, tg.sum(G2[t, n2, j - 24], axis=n2), 0.0), axis=t), "db")
+    f = tg.build([G1, G2], db, target="cpu")
+    assert f.program.steps[-1].src.text.count("cacc[j] +=") == 2
+    rng = np.random.default_rng(1)
+    g1, g2 = rng.standard_normal(G1.shape), rng.standard_normal(G2.shape)
+    want = np.concatenate([g1.sum((0, 1)), g2.sum((0, 1))])
+    np.testing.assert_allclose(f(g1, g2), want, rtol=1e-13, atol=1e-13)
+
+
+def test_gate_gradients_fuse_into_the_concatenation():
+    """In an LSTM's adjoint step each gate's gradient is read by one quarter of the
+    concatenated gate gradient (a guarded read): counted so, they are inlined."""
+    ps = [tg.placeholder(s, "float32", n) for s, n in
+          (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),
+           ((32, 8), "w_hh"), ((32,), "b_ih"), ((32,), "b_hh"))]
+    out, _, _ = tg.nn.lstm(*ps)
+    head = tg.placeholder(out.shape, "float32", "head")
+    f = tg.build([*ps, head], tg.gradient(out, [ps[1]], head=head), target="cpu")
+    scans = [s for s in f.program.steps if isinstance(s, type(f.program))]
+    adjoint = scans[-1].plan.kernels
+    assert not any(".gate" in k.tensor.name and "adj" in k.tensor.name for k in adjoint), [
+        k.tensor.name for k in adjoint]
+
+
+def test_a_branch_with_a_small_window_is_a_ternary():
+    """``select(x > 0, sum of a 2-wide window, 0)``: the window's reads stay in bounds and
+    its loop is unrolled, so the branch is evaluated unguarded and the row vectorizes."""
+    X = tg.placeholder((6, 40), "float32", "X")
+    r = tg.reduce_axis((0, 2), "r")
+    Y = tg.compute((6, 20), lambda i, j: tg.if_then_else(
+        X[i, j] > 0, tg.sum(X[i, 2 * j + r], axis=r), 0.0), "Y")
+    f = tg.build([X], Y, target="cpu")
+    text = f.program.steps[-1].src.text
+    assert "#pragma omp simd" in text and "if (" not in text
+    x = np.random.default_rng(2).standard_normal((6, 40)).astype(np.float32)
+    pairs = x[:, 0::2] + x[:, 1::2]
+    np.testing.assert_allclose(f(x), np.where(x[:, :20] > 0, pairs, 0), rtol=1e-6)
 
 
 def test_bad_gather_index_raises():
@@ -282,7 +347,8 @@ def test_output_buffers_are_reused_only_when_dropped():
     assert f(a).ctypes.data == address  # dropped: its buffer serves the next run
 
 
-@pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast", "strided", "3d"])
+@pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast", "strided", "3d",
+                                  "3d transposed", "strided transpose"])
 def test_parallel_copy_matches_numpy(case):
     from tegrad.backends.cpu.copy import copy
 
@@ -291,8 +357,13 @@ def test_parallel_copy_matches_numpy(case):
            "transposed": rng.standard_normal((400, 300)).T,
            "broadcast": rng.standard_normal((1, 400)),
            "strided": rng.standard_normal((600, 800))[::2, ::2],
-           "3d": rng.standard_normal((7, 90, 130)).astype("float32")}[case]
-    shape = (300, 400) if case != "3d" else (7, 90, 130)
+           "3d": rng.standard_normal((7, 90, 130)).astype("float32"),
+           # transposes, copied in tiles: edges not a multiple of the tile, 4 and 8 bytes
+           "3d transposed": rng.standard_normal((7, 130, 90)).astype("float32")
+           .transpose(0, 2, 1),
+           "strided transpose": rng.standard_normal((800, 301))[::2].T}[case]
+    shape = {"3d": (7, 90, 130), "3d transposed": (7, 90, 130),
+             "strided transpose": (301, 400)}.get(case, (300, 400))
     dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
     copy(dst, src, threads=2)
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))

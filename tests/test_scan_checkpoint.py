@@ -251,7 +251,9 @@ def test_checkpointed_history_holds_less_and_recomputes_each_segment_once(monkey
 @pytest.mark.parametrize("target", TARGETS)
 def test_checkpointing_lowers_the_peak_of_a_backward(target):
     """NumPy reports its arrays to tracemalloc: the peak of a run of the program falls by
-    about the history (the gradient of y0 alone, so the adjoint scan is the peak)."""
+    about the history (the gradient of y0 alone, so the adjoint scan is the peak). The
+    compiled target keeps buffers (histories too) from run to run: what its pool holds
+    is added to the peak of the second run, which reuses them."""
     steps, width = 120, 1500
     peaks = {}
     for k in (None, 11):
@@ -264,6 +266,8 @@ def test_checkpointing_lowers_the_peak_of_a_backward(target):
         f(*args)
         peaks[k] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+        pool = getattr(f.program, "pool", None)
+        peaks[k] += 0 if pool is None else pool.held_bytes()
     history = steps * width * 8
     assert peaks[11] < peaks[None] - 0.6 * history, peaks
 

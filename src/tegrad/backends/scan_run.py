@@ -27,10 +27,11 @@ import numpy as np
 from ..lower.checkpoint import Segments, largest_lags
 
 
-def run_scan(kernel, arrays: dict, make_program) -> dict:
+def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     """The states' histories (arrays, or ``CheckpointedHistory`` for the states the plan
     checkpoints). ``make_program(plan, inputs)`` is the backend's program class, which runs
-    the step plan. A row of a tensor read outside it is zeros: such reads are guarded in
+    the step plan; ``empty(shape, dtype)`` allocates a whole history (a compiled program's
+    buffer pool). A row of a tensor read outside it is zeros: such reads are guarded in
     the body."""
     op = kernel.op
     stepper = _Stepper(kernel, arrays, make_program)
@@ -41,7 +42,7 @@ def run_scan(kernel, arrays: dict, make_program) -> dict:
                 for n, out in enumerate(op.outputs)}
     histories = []
     for init, s in zip(op.inits, op.states, strict=True):
-        history = np.empty(s.shape, s.dtype)
+        history = empty(s.shape, s.dtype)
         history[: op.init_rows] = arrays[init]
         histories.append(history)
 

@@ -434,3 +434,41 @@ def _uncast(x: Expr) -> Expr:
     while isinstance(x, Cast):
         x = x.a
     return x
+
+
+def reduction_width(e: Expr) -> int:
+    """The most reduction points one output point visits. A reduction nested in another
+    and reading its axes runs once per outer point, so the widths multiply (a sum over time
+    of per-step sums over the batch); one that does not is hoisted out of the outer loop."""
+    memo: dict = {}
+
+    def width(e: Expr) -> int:
+        hit = memo.get(e)
+        if hit is None:
+            if isinstance(e, Reduce):
+                axes = set(e.axes)
+                nested = [width(r) for r in _nearest_reductions(e.source)
+                          if free_vars(r) & axes]
+                hit = math.prod(a.extent for a in e.axes) * max(nested, default=1)
+                hit = max([hit, *(width(r) for r in _nearest_reductions(e.source))])
+            else:
+                hit = max((width(r) for r in _nearest_reductions(e)), default=1)
+            memo[e] = hit
+        return hit
+
+    return width(e)
+
+
+def _nearest_reductions(e: Expr) -> list[Reduce]:
+    """The reductions under ``e`` (``e`` itself excluded) with no reduction between."""
+    found, stack, seen = [], list(children(e)), set()
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, Reduce):
+            found.append(x)
+        else:
+            stack.extend(children(x))
+    return found

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import math
 
-from ..ir.expr import Expr, Read, Reduce
+from ..ir.affine import linearize
+from ..ir.dtype import is_int
+from ..ir.expr import Binary, Expr, Read, Reduce, Select, Var, split_conjunction
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
     children,
@@ -146,25 +148,62 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
 
 def _site_evaluations(consumer: Compute, producer: Compute) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
-    read computed once per iteration of the loops down to its innermost variable."""
+    read computed once per iteration of the loops down to its innermost variable, over the
+    values those loops take under the ``select`` guards around it (a read of one gate in a
+    concatenation of four runs on a quarter of the columns)."""
     total = 0
     seen, placed = set(), set()
 
-    def go(e: Expr, loops: tuple) -> None:
+    def go(e: Expr, loops: tuple, ranges: dict) -> None:
         nonlocal total
-        key = (e, loops)
+        key = (e, loops, tuple(sorted((v.uid, r) for v, r in ranges.items())))
         if key in seen:
             return
         seen.add(key)
         if isinstance(e, Read) and e.tensor is producer:
             used = free_vars(e)
             depth = max((k for k, v in enumerate(loops) if v in used), default=-1)
-            if (e, loops[: depth + 1]) not in placed:  # one evaluation where it is placed
-                placed.add((e, loops[: depth + 1]))
-                total += math.prod(v.extent for v in loops[: depth + 1])
+            counts = tuple(_count(v, ranges) for v in loops[: depth + 1])
+            if (e, loops[: depth + 1], counts) not in placed:  # one evaluation where placed
+                placed.add((e, loops[: depth + 1], counts))
+                total += math.prod(counts)
         inner = loops + tuple(e.axes) if isinstance(e, Reduce) else loops
+        if isinstance(e, Select):
+            go(e.cond, inner, ranges)
+            go(e.a, inner, _narrowed(e.cond, ranges))
+            go(e.b, inner, ranges)
+            return
         for c in children(e):
-            go(c, inner)
+            go(c, inner, ranges)
 
-    go(consumer.body, tuple(consumer.axes))
+    go(consumer.body, tuple(consumer.axes), {})
     return total
+
+
+def _count(v, ranges: dict) -> int:
+    lo, hi = ranges.get(v, (v.lo, v.lo + v.extent - 1))
+    return max(0, hi - lo + 1)
+
+
+def _narrowed(cond: Expr, ranges: dict) -> dict:
+    """``ranges`` (variable -> inclusive bounds) narrowed by the conjuncts of ``cond`` that
+    bound a single variable: ``c v + k >= 0`` from ``a < b`` and ``a <= b``."""
+    out = dict(ranges)
+    for c in split_conjunction(cond):
+        if not (isinstance(c, Binary) and c.op in ("lt", "le") and is_int(c.a.dtype)):
+            continue
+        coeffs, k = linearize(c.b - c.a)
+        if c.op == "lt":
+            k -= 1
+        if len(coeffs) != 1:
+            continue
+        ((v, m),) = coeffs.items()
+        if not isinstance(v, Var) or v.extent is None:
+            continue
+        lo, hi = out.get(v, (v.lo, v.lo + v.extent - 1))
+        if m > 0:  # v >= ceil(-k / m)
+            lo = max(lo, -(k // m))
+        else:  # v <= floor(k / -m)
+            hi = min(hi, k // -m)
+        out[v] = (lo, hi)
+    return out

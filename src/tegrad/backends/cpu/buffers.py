@@ -59,3 +59,9 @@ class BufferPool:
                 else:
                     kept.append(self.lent[k])
             self.lent = kept
+
+    def held_bytes(self) -> int:
+        """Bytes the pool keeps for reuse (free buffers and outputs lent to the caller)."""
+        with self.lock:
+            return (sum(a.nbytes for stack in self.free.values() for a in stack)
+                    + sum(a.nbytes for a in self.lent))

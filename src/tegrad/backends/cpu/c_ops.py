@@ -18,6 +18,7 @@ CTYPE = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "
          "bool": "uint8_t"}
 
 _MATH = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "pow")
+TRANSCENDENTAL = frozenset({*_MATH, "sigmoid"})  # library calls, for the work estimate
 
 PRELUDE = "\n".join([
     "#include <math.h>",

@@ -19,6 +19,10 @@ from the ``where``, sibling sums in one loop). A compute that is a reduction alo
 outer dimension of reads contiguous in its last axis (a weight gradient ``dW[d] = sum_n
 dY[n, d] X[n, d]``) puts the reduce loops outside that axis instead (``_column_nest``).
 
+**Regions.** Guards that bound the last axis alone (a concatenation's gradient reads one
+part per range of columns) split its loop into one loop per range, each over the body
+with those guards folded (``kernel_facts.regions``).
+
 **Guards.** A ``select`` branch whose reads could leave their tensor when the condition
 is false (by interval bounds), or that holds a reduction, is evaluated in an ``if``
 block, and nothing inside that block moves above it: a read is never evaluated outside
@@ -39,14 +43,23 @@ from ...ir.bounds import interval, is_pure_index
 from ...ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
 from ...ir.tensor import Compute
 from ...ir.traverse import free_vars, tensors_read, walk
+from ...lower.cost import reduction_width
 from . import c_ops
 from .blocks import Block, Gather
 from .c_ops import CTYPE
-from .kernel_facts import column_order, eager, reads_in_bounds, reduction_width, unshadow
-from .reduction import ReductionEmitter
+from .kernel_facts import (
+    column_order,
+    eager,
+    reads_in_bounds,
+    regions,
+    specialized,
+    unshadow,
+)
+from .reduction import UNROLL, ReductionEmitter
 from .row_cache import row_caches
 
-PARALLEL_WORK = 1 << 17  # points x reduction width below which a kernel runs on one thread
+PARALLEL_WORK = 1 << 17  # points x work per point below which a kernel runs on one thread
+TRANSCENDENTAL_COST = 8
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 
@@ -110,18 +123,35 @@ class KernelSource(ReductionEmitter):
         shape = t.shape
         axes = body_of.axes
         size = math.prod(shape)
-        parallel = size * reduction_width(body_of) >= PARALLEL_WORK and size > 1
+        parallel = size * _work_per_point(body_of.body) >= PARALLEL_WORK and size > 1
         body = unshadow(body_of.body, frozenset(axes))
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
-        if column_order(body, axes, shape):
-            self._column_nest(body, axes, shape, parallel)
+        split = regions(body, axes[0], shape[0]) if len(axes) == 1 else None
+        if split:  # one loop nest per range (``_region_loops`` for the last of 2+ axes)
+            parts = self._parts(body, axes[0], split)
+            for v, part in parts:
+                self._nest(part, [v], [v.extent], parallel)
         else:
-            self._row_nest(body, axes, shape, parallel)
+            self._nest(body, axes, shape, parallel)
         lines = [f"void {self.name}(void **args, long *err, int nthreads) {{"]
         lines += ["  " + h for h in header]
         self.root.render(lines, 1)
         lines.append("}")
         return "\n".join(lines)
+
+    def _nest(self, body: Expr, axes, shape, parallel: bool) -> None:
+        if column_order(body, axes, shape):
+            self._column_nest(body, axes, shape, parallel)
+        else:
+            self._row_nest(body, axes, shape, parallel)
+
+    def _parts(self, body: Expr, v: Var, split: list) -> list:
+        """``(variable over the range, body there)`` per range of ``split``; the
+        reductions of every part are candidates for sharing a loop (``siblings``)."""
+        parts = [specialized(body, v, lo, hi) for lo, hi in split]
+        for _, part in parts:
+            self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
+        return parts
 
     def _merged_loop(self, axes, shape, parallel: bool, chunks: int = 0) -> Block:
         """One loop over the leading ``axes`` (and ``chunks`` column chunks after them)."""
@@ -137,6 +167,8 @@ class KernelSource(ReductionEmitter):
             value = f"({div}) % {extents[k]}L" if k else div
             if chunks and k == len(names) - 1:
                 value = f"({value}) * {COLUMN_CHUNK}L"
+            elif axes[k].lo:  # a region's variable (``_parts``)
+                value = f"{axes[k].lo}L + {value}"
             head.append(f"  const long {name} = {value};")
         return Block(frozenset(axes), head=head, loop=True)
 
@@ -156,6 +188,10 @@ class KernelSource(ReductionEmitter):
                 # int, not long: gcc vectorizes gathers (x[i / 2]) only with int indices
                 blocks.append(Block(frozenset((v,)), head=[
                     f"for (int {name} = 0; {name} < {n}; {name}++) {{"], loop=True))
+        split = regions(body, axes[-1], shape[-1]) if len(blocks) > 1 else None
+        if split:
+            self._region_loops(body, axes, shape, blocks[:-1], split)
+            return
         self.stack.extend(blocks)
         if len(blocks) > 1:
             self._row_buffers(body, axes, shape, blocks)
@@ -167,6 +203,26 @@ class KernelSource(ReductionEmitter):
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
+
+    def _region_loops(self, body: Expr, axes, shape, outer: list, split: list) -> None:
+        """The last axis as one loop per range of ``kernel_facts.regions``, each over the
+        body with the guards that are constant on it folded (branch-free: vectorized);
+        what does not depend on that axis is computed once, above them."""
+        self.stack.extend(outer)
+        for v, part in self._parts(body, axes[-1], split):
+            name = self.bind(v, "i")
+            loop = Block(frozenset((v,)), head=[
+                f"for (int {name} = {v.lo}; {name} < {v.lo + v.extent}; {name}++) {{"],
+                loop=True)
+            self.stack.append(loop)
+            value = self.value(part)
+            flat = " + ".join(f"{self.var(u)} * {math.prod(shape[k + 1:])}L"
+                              for k, u in enumerate([*axes[:-1], v]))
+            loop.items.append(f"a0[{flat}] = {value};")
+            self._close([loop])
+            if loop.straight() and not self.has_check:
+                loop.head.insert(0, "#pragma omp simd")
+        self._close(outer)
 
     def _row_buffers(self, body: Expr, axes, shape, blocks: list) -> None:
         """Declare the row caches of ``row_cache.py`` where their reductions go, and emit
@@ -208,14 +264,15 @@ class KernelSource(ReductionEmitter):
         last = self.bind(axes[-1], "i")
         blocks.append(Block(frozenset((axes[-1],)), head=[
             "#pragma omp simd", "for (long j = 0; j < cn; j++) {",
-            f"  const long {last} = cs + j;"], loop=True))
+            f"  const long {last} = {axes[-1].lo}L + cs + j;"], loop=True))
         self.stack.extend(blocks)
         src = self.value(body.source)
         self.stack[-1].items.append(self.combine(body, "cacc[j]", src, "", names))
         self._close(blocks)
         base = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
                           for k, v in enumerate(axes[:-1])) or "0"
-        outer.items.append(f"for (long j = 0; j < cn; j++) a0[{base} + cs + j] = cacc[j];")
+        outer.items.append(f"for (long j = 0; j < cn; j++) a0[{base} + {axes[-1].lo}L + cs + j]"
+                           " = cacc[j];")
         self._close([outer])
 
     def _close(self, blocks: list) -> None:
@@ -315,7 +372,7 @@ class KernelSource(ReductionEmitter):
 
     def select(self, e: Select) -> str:
         cond = self.value(e.cond)
-        if eager(e.a) and eager(e.b):
+        if self.unguarded(e.a) and self.unguarded(e.b):
             return self.emit(e, f"({cond} ? {self.value(e.a)} : {self.value(e.b)})")
         name = self.fresh()
         ctype = CTYPE[e.dtype]
@@ -334,7 +391,25 @@ class KernelSource(ReductionEmitter):
             here.items.append(block)
         return name
 
+    def unguarded(self, e: Expr) -> bool:
+        """``e`` may be evaluated whether or not its branch is taken: it is ``eager``, or
+        its reads stay in bounds and its reductions are small windows (unrolled, so the
+        loop around them still vectorizes; a max pool's gradient reads its window's max
+        and tie count in the branch of the element that is the max)."""
+        if eager(e):
+            return True
+        return self.safe(e) and reduction_width(e) <= UNROLL and all(
+            r.where is None for r in walk(e) if isinstance(r, Reduce))
+
     # reductions ---------------------------------------------------------------------------
+
+
+def _work_per_point(body: Expr) -> int:
+    """The parallel-work estimate of one output point: its widest reduction, weighted by
+    the transcendental functions in the body (each the cost of ~``TRANSCENDENTAL_COST``
+    additions: an LSTM step's gates are worth two threads at 8K points)."""
+    calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in c_ops.TRANSCENDENTAL)
+    return reduction_width(body) * (1 + TRANSCENDENTAL_COST * calls)
 
 
 def _plain_division(e: Binary) -> bool:

@@ -16,12 +16,44 @@ import numpy as np
 _HELPER = r"""
 #include <string.h>
 #include <stdint.h>
+#define TILE 32
 
 void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long *ds,
              const long *ss, long size, int nthreads) {
+  long n = shape[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];
+  if (ndim >= 2 && dl == size && ss[ndim - 2] == size && sl != size &&
+      (size == 4 || size == 8)) {  /* a transpose: in tiles, both sides' lines in cache */
+    long outer = 1;
+    for (int d = 0; d < ndim - 2; d++) outer *= shape[d];
+    long m = shape[ndim - 2], dm = ds[ndim - 2];
+    long tiles_m = (m + TILE - 1) / TILE, tiles_n = (n + TILE - 1) / TILE;
+    #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
+    for (long w = 0; w < outer * tiles_m * tiles_n; w++) {
+      long f = w / (tiles_m * tiles_n), tm = w / tiles_n % tiles_m, tn = w % tiles_n;
+      long rest = f, doff = 0, soff = 0;
+      for (int d = ndim - 3; d >= 0; d--) {
+        long i = rest % shape[d];
+        rest /= shape[d];
+        doff += i * ds[d];
+        soff += i * ss[d];
+      }
+      long i_hi = tm * TILE + TILE < m ? tm * TILE + TILE : m;
+      long j_hi = tn * TILE + TILE < n ? tn * TILE + TILE : n;
+      for (long i = tm * TILE; i < i_hi; i++) {
+        char *dp = dst + doff + i * dm;
+        const char *sp = src + soff + i * size;
+        if (size == 4)
+          for (long j = tn * TILE; j < j_hi; j++)
+            ((uint32_t *)dp)[j] = *(const uint32_t *)(sp + j * sl);
+        else
+          for (long j = tn * TILE; j < j_hi; j++)
+            ((uint64_t *)dp)[j] = *(const uint64_t *)(sp + j * sl);
+      }
+    }
+    return;
+  }
   long outer = 1;
   for (int d = 0; d < ndim - 1; d++) outer *= shape[d];
-  long n = shape[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];
   #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
   for (long f = 0; f < outer; f++) {
     long rest = f, doff = 0, soff = 0;

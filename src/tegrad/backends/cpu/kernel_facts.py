@@ -3,7 +3,8 @@
 ``unshadow``      fresh axes for a reduction that rebinds a variable bound around it
 ``eager``         may be evaluated unguarded (no reduction, every read in bounds)
 ``column_order``  a reduction along the outer dimension of contiguous reads
-``reduction_width``  the widest reduction, for the parallel-work estimate
+``regions``       ranges of the last axis on which every guard on it is constant
+``specialized``   the body on one such range, its guards folded
 """
 
 from __future__ import annotations
@@ -12,9 +13,27 @@ import math
 
 from ...ir.affine import linearize
 from ...ir.bounds import interval, is_pure_index
-from ...ir.expr import Const, Expr, Read, Reduce, Var
-from ...ir.tensor import Compute
-from ...ir.traverse import children, walk, with_children, with_fresh_axes
+from ...ir.expr import (
+    Binary,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Var,
+    conjunction,
+    select,
+    split_conjunction,
+)
+from ...ir.traverse import (
+    children,
+    substitute,
+    transform,
+    walk,
+    with_children,
+    with_fresh_axes,
+)
+from ...simplify.pipeline import merge_nested_sums
 
 
 def unshadow(e: Expr, bound: frozenset) -> Expr:
@@ -85,9 +104,86 @@ def reads_in_bounds(e: Expr) -> bool:
     return True
 
 
-def reduction_width(t: Compute) -> int:
-    best = 1
-    for x in walk(t.body):
-        if isinstance(x, Reduce):
-            best = max(best, math.prod(a.extent for a in x.axes))
-    return best
+MAX_REGIONS = 8
+
+
+def regions(body: Expr, v: Var, n: int) -> list[tuple[int, int]] | None:
+    """Ranges ``[lo, hi)`` covering ``[0, n)`` of the variable ``v`` (an output axis) on
+    which every ``select`` condition that bounds ``v`` alone is constant; None when there
+    is only one. A concatenation's gradient ``select(j < 256, dA[i, j], 0) + select(256 <=
+    j, dB[i, j - 256], 0)`` then runs as one branch-free loop per part."""
+    cuts = set()
+    for x in walk(body):
+        if isinstance(x, Select):
+            for c in split_conjunction(x.cond):
+                bound = _single_bound(c, v)
+                if bound is not None and 0 < bound < n:
+                    cuts.add(bound)
+    if not cuts or len(cuts) >= MAX_REGIONS:
+        return None
+    edges = [0, *sorted(cuts), n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _single_bound(c: Expr, v: Var) -> int | None:
+    """The first value where the truth of ``c`` changes along ``v``, when ``c`` is an
+    inequality in ``v`` alone: ``m v + k >= 0`` (``a <= b`` as ``b - a >= 0``)."""
+    if not (isinstance(c, Binary) and c.op in ("lt", "le") and c.a.dtype.startswith("int")):
+        return None
+    coeffs, k = linearize(c.b - c.a)
+    if set(coeffs) != {v}:
+        return None
+    m = coeffs[v]
+    k -= 1 if c.op == "lt" else 0
+    # m > 0: holds from ceil(-k / m) on; m < 0: holds up to floor(k / -m)
+    return -(k // m) if m > 0 else k // -m + 1
+
+
+def specialized(body: Expr, v: Var, lo: int, hi: int) -> tuple[Var, Expr]:
+    """A variable ranging over ``[lo, hi)`` and ``body`` with it for ``v``, every
+    ``select`` condition that is constant on that range folded away (and the zeros of the
+    branches dropped; a sum of a sum then becomes one sum over both axes, which a
+    column-order nest takes)."""
+    w = Var.fresh(v.name, lo, hi - lo)
+
+    def fold(e: Expr) -> Expr | None:
+        if isinstance(e, Binary) and e.op == "add":  # a folded branch's zero
+            if _is_zero(e.a) and e.b.dtype == e.dtype:
+                return e.b
+            if _is_zero(e.b) and e.a.dtype == e.dtype:
+                return e.a
+        if not isinstance(e, Select):
+            return None
+        kept = []
+        for c in split_conjunction(e.cond):
+            truth = _constant_truth(c)
+            if truth is False:
+                return e.b
+            if truth is None:
+                kept.append(c)
+        if not kept:
+            return e.a
+        return None if len(kept) == len(split_conjunction(e.cond)) else select(
+            conjunction(kept), e.a, e.b)
+
+    part = transform(substitute(body, {v: w}), fold)
+    merged = merge_nested_sums(part)
+    return w, part if merged is None else merged
+
+
+def _constant_truth(c: Expr) -> bool | None:
+    if not (isinstance(c, Binary) and c.op in ("lt", "le") and c.a.dtype.startswith("int")):
+        return None
+    iv = interval(c.b - c.a)
+    if iv is None or iv[0] is None or iv[1] is None:
+        return None
+    need = 1 if c.op == "lt" else 0
+    if iv[0] >= need:
+        return True
+    if iv[1] < need:
+        return False
+    return None
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.dtype != "bool" and e.value == 0

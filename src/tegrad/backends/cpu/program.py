@@ -149,7 +149,8 @@ class CpuProgram:
         for k, kernel in enumerate(self.plan.kernels):
             step = self.steps[k]
             if kernel.kind == "scan":
-                arrays.update(run_scan(kernel.detail, arrays, lambda plan, inputs, s=step: s))
+                arrays.update(run_scan(kernel.detail, arrays, lambda plan, inputs, s=step: s,
+                                       self.pool.take))
             elif step is not None:
                 arrays[kernel.tensor] = step(arrays, self.pool)
             else:

@@ -13,9 +13,9 @@ offset)``, where a buffer is one of:
 - the output: the array the contraction returns, taken from the program's pool;
 - an owned buffer: a temporary product the recorder allocated, or one of
   ``numpy_kernels``' workspace buffers (layout copies, zero-padded operands). The recipe
-  keeps a copy of each, made at the end of the recording, per thread: the zero borders of a
-  padded operand are written outside the logged copies, and are the same for every call of
-  one layout.
+  keeps a copy of the bytes of each that the calls touch, made at the end of the
+  recording, per thread: the zero borders of a padded operand are written outside the
+  logged copies, and are the same for every call of one layout.
 
 Later calls with that layout make the logged calls at the new addresses, in order.
 
@@ -85,6 +85,7 @@ class Recorder:
         self.output: np.ndarray | None = None
         self.owned: list[np.ndarray] = []  # temporaries and workspace buffers (roots)
         self.actions: list = []
+        self.used: dict[int, int] = {}  # owned buffer -> bytes the actions touch
         self.why: str | None = None
 
     def untraceable(self, why: str) -> None:
@@ -120,7 +121,13 @@ class Recorder:
 
     def _log(self, call, operands) -> None:
         addresses = [x.ctypes.data for x in operands]
-        self.actions.append((call, tuple(self._locate(p) for p in addresses)))
+        located = tuple(self._locate(p) for p in addresses)
+        n = len(self.inputs)
+        for x, (k, offset) in zip(operands, located, strict=True):
+            if k > n:  # an owned buffer: the recipe copies the bytes that are used
+                end = offset + _span(x)[1] - x.ctypes.data
+                self.used[k - n - 1] = max(self.used.get(k - n - 1, 0), end)
+        self.actions.append((call, located))
         call.run(*addresses, self.threads)
 
     def _locate(self, address: int) -> tuple[int, int]:
@@ -164,7 +171,9 @@ class _Recipe:
     def __init__(self, recorder: Recorder, covers: bool):
         self.actions = recorder.actions
         self.covers = covers
-        self.snapshots = [root.copy() for root in recorder.owned]  # made after the run
+        # made after the run, of the bytes used (a workspace buffer may be larger)
+        self.snapshots = [root.view(np.uint8).reshape(-1)[: recorder.used.get(j, 0)].copy()
+                          for j, root in enumerate(recorder.owned)]
         self.local = threading.local()
 
     def run(self, inputs: list[np.ndarray], out: np.ndarray, threads: int) -> np.ndarray:
@@ -223,7 +232,7 @@ class ReplayedContraction:
         why = recorder.why
         if why is None and result is not recorder.output:
             why = "a result cast to another dtype"
-        if why is None and sum(r.nbytes for r in recorder.owned) > MAX_OWNED_BYTES:
+        if why is None and sum(recorder.used.values()) > MAX_OWNED_BYTES:
             why = "workspace too large to keep"
         if why is None:
             self.recipes[key] = _Recipe(recorder, self.c.covers)
