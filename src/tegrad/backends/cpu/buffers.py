@@ -18,6 +18,17 @@ import numpy as np
 MIN_BYTES = 1 << 16  # smaller arrays are cheap to make
 
 
+_NAMES: dict = {}
+
+
+def _name(dtype: np.dtype) -> str:
+    """``dtype.name``, cached (NumPy builds the name on every access)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = dtype.name
+    return name
+
+
 class BufferPool:
     def __init__(self):
         self.free: dict = {}  # (shape, dtype) -> [array]
@@ -37,7 +48,7 @@ class BufferPool:
         if (isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.base is None
                 and sys.getrefcount(arr) == 2):
             with self.lock:
-                self.free.setdefault((arr.shape, arr.dtype.name), []).append(arr)
+                self.free.setdefault((arr.shape, _name(arr.dtype)), []).append(arr)
 
     def lend(self, outputs: list) -> None:
         with self.lock:
@@ -55,7 +66,7 @@ class BufferPool:
             for k in range(len(self.lent)):
                 if sys.getrefcount(self.lent[k]) == 2:  # the list and this call's argument
                     a = self.lent[k]
-                    self.free.setdefault((a.shape, a.dtype.name), []).append(a)
+                    self.free.setdefault((a.shape, _name(a.dtype)), []).append(a)
                 else:
                     kept.append(self.lent[k])
             self.lent = kept

@@ -78,6 +78,7 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
 }
 """
 MIN_ELEMENTS = 1 << 16  # smaller copies stay with NumPy
+MIN_TRANSPOSE = 1 << 14  # a transpose costs more per element: split from this size on
 
 @cache
 def _helper():
@@ -90,7 +91,8 @@ def _helper():
 
 class CopyCall:
     """One ``tg_copy`` call but for its two addresses, replayable on other arrays of the
-    same layout (``replay.py``); a copy under ``MIN_ELEMENTS`` runs on one thread."""
+    same layout (``replay.py``); a copy under ``MIN_ELEMENTS`` (a transpose under
+    ``MIN_TRANSPOSE``) runs on one thread."""
 
     def __init__(self, dst: np.ndarray, src: np.ndarray):
         dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]
@@ -100,7 +102,8 @@ class CopyCall:
         self.ss = np.array([src.strides[k] for k in dims], np.int64)
         self.addresses = (self.shape.ctypes.data, self.ds.ctypes.data, self.ss.ctypes.data)
         self.itemsize = dst.itemsize
-        self.parallel = dst.size >= MIN_ELEMENTS
+        transpose = self.ndim >= 2 and self.ds[-1] == dst.itemsize != self.ss[-1]
+        self.parallel = dst.size >= (MIN_TRANSPOSE if transpose else MIN_ELEMENTS)
 
     def run(self, dst: int, src: int, threads: int) -> None:
         _helper()(dst, src, self.ndim, *self.addresses, self.itemsize,

@@ -11,6 +11,7 @@ Threads: ``$TEGRAD_NUM_THREADS``, default the cores this process may use.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 
 import numpy as np
@@ -21,7 +22,7 @@ from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
 from ..numpy_kernels import COPY, EMPTY, MATMUL, run_kernel
 from ..scan_run import run_scan
-from .buffers import BufferPool
+from .buffers import MIN_BYTES, BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
 from .compiler import bind, load
@@ -60,38 +61,56 @@ class _Unit:
 
 class _Compiled:
     """A general kernel's compiled function, called on the arrays it reads. The call is
-    made once per kernel and per scan step, so it does little: dtypes are compared as the
-    interned ``np.dtype`` objects, and the error slots are allocated once."""
+    made once per kernel and per scan step, so it does little: each read is checked
+    against the dtype (an interned ``np.dtype``) and C-order strides it is compiled for,
+    a small output is not pooled, and the error slots are a ctypes array."""
 
     def __init__(self, src: KernelSource, unit: _Unit):
         self.src = src
         self.unit = unit
         self.fn = None
-        self.dtypes = [np.dtype(a.dtype) for a in src.args]
+        t = src.tensor
+        self.shape, self.dtype, self.dtype_name = t.shape, np.dtype(t.dtype), t.dtype
+        self.pooled = math.prod(t.shape) * self.dtype.itemsize >= MIN_BYTES
+        self.reads = []
+        for a in src.args[1:]:
+            dtype = np.dtype(a.dtype)
+            self.reads.append((a, dtype, _c_strides(a.shape, dtype.itemsize)))
         self.pointers = ctypes.c_void_p * len(src.args)
-        self.err = np.zeros(2, np.int64)
-        self.err_address = self.err.ctypes.data
+        self.err = (ctypes.c_long * 2)()
+        self.err_address = ctypes.addressof(self.err)
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
-        if self.fn is None:
-            self.fn = bind(self.unit.lib, self.src.name,
-                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
-        t = self.src.tensor
-        out = np.empty(t.shape, self.dtypes[0]) if pool is None else pool.take(t.shape, t.dtype)
+        fn = self.fn
+        if fn is None:
+            fn = self.fn = bind(self.unit.lib, self.src.name,
+                                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+        if pool is not None and self.pooled:
+            out = pool.take(self.shape, self.dtype_name)
+        else:
+            out = np.empty(self.shape, self.dtype)
         held = [out]
-        for a, dtype in zip(self.src.args[1:], self.dtypes[1:], strict=True):
+        for a, dtype, strides in self.reads:
             arr = arrays[a]
-            if arr.dtype is not dtype or not arr.flags.c_contiguous:
+            if arr.dtype is not dtype or arr.strides != strides:  # (a copy if not C-order)
                 arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
-        self.fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
+        fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
         if self.err[0]:
             g = self.src.gathers[self.err[0] - 1]
-            value = int(self.err[1])
-            self.err[:] = 0
-            raise IndexError(f"{t.name}: gather {g.tensor}[...] index {g.axis} got value "
-                             f"{value}, outside [0, {g.dim}) (from {g.index})")
+            value = self.err[1]
+            self.err[0] = self.err[1] = 0
+            raise IndexError(f"{self.src.tensor.name}: gather {g.tensor}[...] index {g.axis} "
+                             f"got value {value}, outside [0, {g.dim}) (from {g.index})")
         return out
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
 
 
 _THREADS = num_threads()
