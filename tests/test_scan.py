@@ -267,3 +267,35 @@ def test_state_read_only_through_a_piecewise_constant_function():
     expected = hv * 2.0
     expected[0] = hv[0]
     np.testing.assert_allclose(tg.evaluate(dx, {x: xv, head: hv}), expected)
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+@pytest.mark.parametrize("checkpoint", [None, 2])
+def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatch):
+    """The forward scan keeps its per-step products ``h W_hh^T`` for the backward
+    (``lower/saved_steps.py``) instead of the backward recomputing them as one product over
+    all steps; the gradients are those of the recomputation."""
+    import tegrad.lower.saved_steps as saved_steps
+    from tegrad.backends.cpu import compiler
+
+    if target == "cpu" and compiler.compiler() is None:
+        pytest.skip("no C compiler")
+    x, h0, c0 = ph((6, 3, 4), "x"), ph((3, 5), "h0"), ph((3, 5), "c0")
+    wih, whh, bih, bhh = ph((20, 4), "wih"), ph((20, 5), "whh"), ph((20,), "bih"), ph(
+        (20,), "bhh")
+    placeholders = [x, h0, c0, wih, whh, bih, bhh]
+    out = tg.nn.lstm(*placeholders, checkpoint=checkpoint)[0]
+    head = ph(out.shape, "dout")
+    outputs = [out, *tg.gradient(out, placeholders, head=head)]
+    f = tg.build([*placeholders, head], outputs, target=target)
+    kernels = f.program.plan.kernels
+    kept = [v.name for k in kernels if k.kind == "scan" for v in k.detail.saved]
+    assert len(kept) == 1 and kept[0].endswith(".h_proj.step.fwd"), kept
+    assert not any(k.tensor.name == kept[0] for k in kernels)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
+    monkeypatch.setattr(saved_steps, "keep_step_values", lambda kernels: kernels)
+    recomputed = tg.build([*placeholders, head], outputs, target=target)
+    assert not any(k.detail.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
+    for got, want in zip(f(*arrays), recomputed(*arrays), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)

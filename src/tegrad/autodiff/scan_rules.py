@@ -32,7 +32,7 @@ from __future__ import annotations
 from ..ir import dtype as dt
 from ..ir.bounds import interval
 from ..ir.expr import SUM, Expr, Read, Reduce, Var, binary, conjunction, const, select
-from ..ir.scan import ScanOp, lift, scan
+from ..ir.scan import STEP_VALUES, ScanOp, lift, scan
 from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
 from ..ir.traverse import substitute, tensors_read
 from .reductions import zero
@@ -225,7 +225,10 @@ def _forward_recompute(op: ScanOp, grads: list, mu: list, finish) -> dict[Tensor
     # only what a head-dependent compute reads directly: the rest is inside those
     wanted = [x for x in topo_tensors(grads) if x in forward
               and any(x in tensors_read(y.body) for y in on_head)]
-    lifted = lift(wanted, stepwise, read_fwd, op.length - op.init_rows, "fwd", finish)
+    every: dict = {}
+    lifted = lift(wanted, stepwise, read_fwd, op.length - op.init_rows, "fwd", finish, every)
+    for x, values in every.items():  # the forward run computes them too: see saved_steps
+        STEP_VALUES[values] = (op, x)
     return dict(zip(wanted, lifted, strict=True))
 
 

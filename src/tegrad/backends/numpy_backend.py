@@ -38,7 +38,7 @@ def dead_after(plan: Plan) -> list[list]:
         if kernel.kind == "scan":
             op = kernel.detail.op
             reads = [*op.inits, *op.external]
-            made.update(op.outputs)
+            made.update(kernel.detail.outputs)
         else:
             body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
             reads = tensors_read(body_of.body)

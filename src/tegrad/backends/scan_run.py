@@ -8,7 +8,8 @@ A state the plan checkpoints (``kernel.checkpointed``, from ``lower/checkpoint.p
 returned as a ``CheckpointedHistory`` instead: the steps run in segments ``[s_j, e_j)`` of
 ``k`` steps, each into a fresh buffer; before segment ``j`` the forward stores the rows it
 restarts from (``t - 1 ... t - L`` at ``s_j``, ``L`` the state's largest lag), and keeps
-the last segment's buffer. Row ``r`` is an init row or row ``r - s_j`` of segment ``j``,
+the last segment's buffer. Step values the plan keeps for a backward (``kernel.saved``)
+are written by the forward run only. Row ``r`` is an init row or row ``r - s_j`` of segment ``j``,
 recomputed from its restart rows by the same step program on the same inputs (states
 kept whole are read from their histories) when it is not among the ``segments_cached``
 most recently used. A reader moving backwards in time (the adjoint scan) thus recomputes
@@ -35,22 +36,33 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     the body."""
     op = kernel.op
     stepper = _Stepper(kernel, arrays, make_program)
+    # the step values the forward run keeps (``lower/saved_steps.py``): row t - k of each
+    steps = kernel.kept_steps
+    kept = [empty((op.length - op.init_rows, *x.shape), x.dtype) for x in steps]
+    made = {values: kept[steps.index(x)] for values, x in kernel.saved.items()}
     if kernel.checkpointed:
-        engine = _Checkpoints(kernel, stepper, arrays)
-        return {out: engine.whole[n] if n in engine.whole else
-                CheckpointedHistory(engine, n, out.shape, out.dtype, weak=n in kernel.unread)
-                for n, out in enumerate(op.outputs)}
+        engine = _Checkpoints(kernel, stepper, arrays, kept)
+        made.update({out: engine.whole[n] if n in engine.whole else
+                     CheckpointedHistory(engine, n, out.shape, out.dtype,
+                                         weak=n in kernel.unread)
+                     for n, out in enumerate(op.outputs)})
+        return made
     histories = []
     for init, s in zip(op.inits, op.states, strict=True):
         history = empty(s.shape, s.dtype)
         history[: op.init_rows] = arrays[init]
         histories.append(history)
+    states, k = len(histories), op.init_rows
 
     def write(n: int, t: int, value) -> None:
-        histories[n][t] = value
+        if n < states:
+            histories[n][t] = value
+        else:
+            kept[n - states][t - k] = value
 
     stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], write)
-    return dict(zip(op.outputs, histories, strict=True))
+    made.update(zip(op.outputs, histories, strict=True))
+    return made
 
 
 class _Stepper:
@@ -91,9 +103,9 @@ class _Checkpoints:
     """The forward run of a checkpointed scan and the recompute of its segments, shared by
     the ``CheckpointedHistory`` of each checkpointed state (one recompute fills them all)."""
 
-    def __init__(self, kernel, stepper: _Stepper, arrays: dict):
+    def __init__(self, kernel, stepper: _Stepper, arrays: dict, kept: list):
         op = kernel.op
-        self.op, self.stepper = op, stepper
+        self.op, self.stepper, self.kept = op, stepper, kept
         self.segments = Segments(op.init_rows, op.length, op.checkpoint)
         self.marked = sorted(kernel.checkpointed)
         lags = largest_lags(kernel.step, len(op.states))
@@ -154,11 +166,17 @@ class _Checkpoints:
                                self.op.states[n].dtype) for n in self.marked}
         whole = self.whole
 
+        states, kept = len(self.op.states), self.kept
+
         def write(n: int, t: int, value) -> None:
             if n in buffers:
                 buffers[n][t - start] = value
-            elif forward:  # a state kept whole: its history is written once
+            elif not forward:  # a recompute: states kept whole and kept step values
+                return  # were written by the forward run
+            elif n < states:
                 whole[n][t] = value
+            else:
+                kept[n - states][t - self.op.init_rows] = value
 
         self.stepper.run(start, stop, self._reader(j, buffers), write)
         return buffers

@@ -49,6 +49,11 @@ from .traverse import substitute, tensors_read, topo_tensors, transform, walk
 LAG_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # State placeholder -> the name of the scan it belongs to (reading it elsewhere is an error).
 STATE_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# A compute over the steps -> (scan op, step compute): row ``r`` is that step compute's
+# value at step ``init_rows + r`` of the op's forward run (a backward's recomputation of the
+# forward, ``autodiff/scan_rules.py``); a plan may have the scan keep those values instead
+# (``lower/saved_steps.py``).
+STEP_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
@@ -303,13 +308,16 @@ def lift(
     length: int,
     name: str,
     finish: Callable[[Compute], Compute] = lambda c: c,
+    every: dict | None = None,
 ) -> list[Tensor]:
     """Per-step tensors back over time. Every compute that depends on a tensor of
     ``stepwise`` (placeholders, or step computes whose values over time are known) becomes
     a compute over ``(length,) + shape`` whose new first axis ``r`` is the step;
     ``read_at(p, r, indices)`` is what the read ``p[indices]`` is at step ``r``. Tensors
     that do not depend on ``stepwise`` are the same at every step and stay as they are.
-    ``finish`` is applied to each new compute (the simplifier)."""
+    ``finish`` is applied to each new compute (the simplifier). ``every``, when given,
+    receives each lifted compute, those ``tensors`` need included (step compute ->
+    compute over the steps)."""
     lifted: dict[Tensor, Tensor] = {}
     for x in topo_tensors(tensors):
         if not isinstance(x, Compute) or x in stepwise:
@@ -332,4 +340,6 @@ def lift(
         body = transform(x.body, fn)
         lifted[x] = finish(make_compute((length, *x.shape), (r, *x.axes), body,
                                         f"{x.name}.{name}"))
+    if every is not None:
+        every.update(lifted)
     return [lifted.get(x, x) for x in tensors]

@@ -73,6 +73,7 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
     from .checkpoint import mark_checkpoints
     from .contraction import match_contraction
     from .extract import extract_kernels
+    from .saved_steps import keep_step_values
     from .scan_kernel import plan_scan
     from .scatter import match_scatter
 
@@ -105,4 +106,4 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
-    return mark_checkpoints(Plan(kernels, list(outputs)))
+    return mark_checkpoints(Plan(keep_step_values(kernels), list(outputs)))

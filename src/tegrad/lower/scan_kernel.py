@@ -9,7 +9,8 @@ step is vectorized and the time loop is the only Python loop.
 history is kept whole), ``unread`` those of them no kernel reads (their checkpoints need
 not outlive the run of the scan), ``segments_cached`` how many recomputed segments the
 executor keeps at once (enough for one step of its readers, so each segment is
-recomputed once).
+recomputed once). ``saved`` holds the step values the forward run keeps for a backward
+(``saved_steps.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from ..ir.scan import ScanOp, StepGraph
 from ..ir.tensor import Tensor
+from .plan import Plan
 
 
 @dataclass
@@ -28,6 +30,25 @@ class ScanKernel:
     checkpointed: frozenset[int] = field(default_factory=frozenset)  # state indices
     unread: frozenset[int] = field(default_factory=frozenset)  # checkpointed, read by none
     segments_cached: int = 1
+    saved: dict = field(default_factory=dict)  # values over the steps -> step compute
+
+    def save(self, x: Tensor, values: Tensor) -> None:
+        """Keep step compute ``x`` at every forward step ``k + r`` in row ``r`` of
+        ``values`` (``saved_steps.py``): the step plan returns it after the states (once,
+        however many tensors hold it: a second-order backward recomputes it again)."""
+        if x not in self.kept_steps:
+            self.plan = Plan(self.plan.kernels, [*self.plan.outputs, x], self.plan.notes)
+        self.saved[values] = x
+
+    @property
+    def kept_steps(self) -> list[Tensor]:
+        """The step computes kept, in the order the step plan returns them."""
+        return list(dict.fromkeys(self.saved.values()))
+
+    @property
+    def outputs(self) -> list[Tensor]:
+        """Everything the kernel makes: the histories, then the kept step values."""
+        return [*self.op.outputs, *self.saved]
 
     @property
     def tensor(self) -> Tensor:
@@ -39,6 +60,8 @@ class ScanKernel:
         if self.checkpointed:
             names = ", ".join(self.op.outputs[n].name for n in sorted(self.checkpointed))
             text += f"; checkpointed every {self.op.checkpoint} steps: {names}"
+        if self.saved:
+            text += "; keeps " + ", ".join(v.name for v in self.saved)
         return text
 
 
