@@ -28,7 +28,8 @@ Peak memory: each side's forward+backward runs once in a fresh subprocess (this 
 with a hidden flag), which reports the rise of its peak resident set size
 (``ru_maxrss``) from before it makes the input arrays to after the call; tegrad's child
 then runs it again under ``tracemalloc``, whose peak is the most bytes of NumPy arrays
-alive at once (the kernels' temporaries included, the inputs not).
+alive at once (the kernels' temporaries included, the inputs not), plus what the compiled
+target's buffer pool holds from the first call (the second reuses those buffers).
 """
 
 from __future__ import annotations
@@ -177,11 +178,14 @@ def memory_child(side, args) -> dict:
         arrays, h = make_arrays(ps, head)
         fb(*arrays, h)
         after = _maxrss_bytes()
-        # NumPy reports its arrays to tracemalloc: the peak of what is alive at once
+        # NumPy reports its arrays to tracemalloc: the peak of what is alive at once; the
+        # compiled target reuses buffers it keeps from the first call (counted apart)
         tracemalloc.start()
         fb(*arrays, h)
         extra["traced_peak"] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
+        pool = getattr(fb.program, "pool", None)
+        extra["traced_peak"] += 0 if pool is None else pool.held_bytes()
     else:
         import torch
 
@@ -232,6 +236,10 @@ def materialized_bytes(f) -> int:
             for n, t in enumerate(k.detail.op.outputs):
                 row = int(np.prod(t.shape[1:], dtype=np.int64)) * np.dtype(t.dtype).itemsize
                 total += stored_rows(k.detail, n) * row
+            for t in dict.fromkeys(k.detail.kept_steps):  # step values kept for a backward
+                rows = k.detail.op.length - k.detail.op.init_rows
+                total += rows * int(np.prod(t.shape, dtype=np.int64)) * np.dtype(
+                    t.dtype).itemsize
         else:
             total += int(np.prod(k.tensor.shape, dtype=np.int64)) * np.dtype(
                 k.tensor.dtype).itemsize
@@ -395,7 +403,8 @@ def main(argv=None) -> int:
           f"{mem[('tegrad', 0)]['before'] * mb:.0f} MB, torch "
           f"{mem[('torch', 0)]['before'] * mb:.0f} MB); it counts temporaries inside kernels\n"
           "too. Traced peak: the most bytes of NumPy arrays alive at once during a second\n"
-          "call (tracemalloc; inputs made before it are not counted). tegrad checkpoints only\n"
+          "call (tracemalloc; inputs made before it are not counted), plus the buffers the\n"
+          "compiled target keeps from the first call for reuse. tegrad checkpoints only\n"
           "histories that no kernel but the adjoint scan reads (the plan's note above).")
     return 0
 

@@ -133,6 +133,19 @@ def test_a_new_layout_is_recorded_apart():
     assert any(key[0][1] == a.strides for key in layouts)
 
 
+def test_layouts_beyond_the_limit_take_the_general_path(monkeypatch):
+    from tegrad.backends.cpu import replay
+
+    monkeypatch.setattr(replay, "MAX_LAYOUTS", 1)
+    inputs, outputs = _program("matmul float64")
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    a, b, h = _arrays(inputs, 3)
+    for x in (a, np.asfortranarray(a), a[::-1][::-1]):  # the second layout is not recorded
+        _assert_close(f(x, b, h), ref(a, b, h), "float64")
+    assert all(len(s.recipes) == 1 for s in _contractions(f.program))
+
+
 def test_lstm_step_products_are_replayed():
     """The scan's step program replays its product at every step after the first."""
     x = tg.placeholder((6, 4, 16), "float32", "x")

@@ -17,7 +17,9 @@ offset)``, where a buffer is one of:
   recording, per thread: the zero borders of a padded operand are written outside the
   logged copies, and are the same for every call of one layout.
 
-Later calls with that layout make the logged calls at the new addresses, in order.
+Later calls with that layout make the logged calls at the new addresses, in order. At
+most ``MAX_LAYOUTS`` layouts are recorded per contraction (eager code may feed views of
+ever new strides); others take the general path.
 
 A recording is kept only when it is complete. Every operand an action touches must lie in
 one of those buffers: an operand NumPy computed (a cast, a partial sum, a scaled copy)
@@ -39,6 +41,7 @@ from . import gemm
 from .buffers import BufferPool
 
 MAX_OWNED_BYTES = 1 << 22  # a larger workspace is not copied: such products are slow anyway
+MAX_LAYOUTS = 16  # recordings kept per contraction; further layouts take the general path
 
 
 def _data_offset() -> int | None:
@@ -212,6 +215,8 @@ class ReplayedContraction:
             return run_contraction(self.c, arrays)
         recipe = self.recipes.get(key, _MISSING)
         if recipe is _MISSING:
+            if len(self.recipes) >= MAX_LAYOUTS:  # operands of ever new strides: no more
+                return run_contraction(self.c, arrays)
             return self._record(key, inputs, arrays, pool)
         if recipe is None:
             return run_contraction(self.c, arrays)
