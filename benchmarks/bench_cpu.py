@@ -82,31 +82,6 @@ def check(case, side, row, got, want, names) -> list[dict]:
     return records
 
 
-def time_alternating(fns, runs: int, threads: int, pause: float) -> list[float]:
-    """Median ms of each callable (None: skipped), after one warm-up each. One thread:
-    ``runs`` rounds of one run per callable, a pause before each. More threads: two
-    blocks of runs per callable, a pause and an untimed call before each block. The
-    pause matters: after a call, OpenBLAS's idle workers spin for about 0.1-0.2 s, and
-    a torch (OpenMP) call that starts meanwhile loses a time slice (measured here: a
-    0.03 ms matmul takes 8 ms); 0.3 s is enough."""
-    live = [fn for fn in fns if fn is not None]
-    for fn in live:
-        fn()
-    rounds = runs if threads == 1 else min(2, runs)
-    per_block = -(-runs // rounds)
-    times: dict[int, list[float]] = {id(fn): [] for fn in live}
-    for _ in range(rounds):
-        for fn in live:
-            time.sleep(pause)
-            if threads > 1:
-                fn()
-            for _ in range(per_block):
-                t0 = time.perf_counter()
-                fn()
-                times[id(fn)].append(time.perf_counter() - t0)
-    return [None if fn is None else 1e3 * statistics.median(times[id(fn)]) for fn in fns]
-
-
 def sgemm_gflops(runs: int) -> float:
     """NumPy float32 2048x2048 @ 2048x2048, median GFLOP/s (BLAS threads already set)."""
     rng = np.random.default_rng(1)
@@ -143,7 +118,7 @@ def bench_case(case, args, threads, use_jax) -> tuple[list[dict], list[dict], fl
     rows = []
     with bench_shared.OtherLoad() as other:
         for row in ROWS:
-            t_tg, t_th, t_jx = time_alternating(
+            t_tg, t_th, t_jx = bench_shared.time_alternating(
                 [lambda r=row: teg[r](arrays, head), ref[row], jx[row] if jx else None],
                 args.runs, threads, args.pause)
             flops = case.flops(row)

@@ -14,8 +14,11 @@ tegrad uses are loaded into the torch module). Rows: forward (``output`` only; t
 ``--wrt all`` (default) asks the gradients of x, h0, c0 and the four parameters, ``--wrt
 init`` those of h0 and c0 only. Each time is the median of ``--repeat`` runs after one
 warm-up; the callables take turns, one run each, with a short pause at each switch (BLAS
-and OpenMP worker threads spin after a call). ``tg.gradient`` and ``tg.build`` are timed
-once. ``--target`` picks tegrad's backend (default: ``tg.build``'s).
+and OpenMP worker threads spin after a call; ``--pause``, default 0.2 s): every timed call
+is a first call after idling. ``--blocks`` times calls in a loop instead, with
+``bench_cpu.py``'s protocol: per side two blocks of runs, each after a pause and an
+untimed call. ``tg.gradient`` and ``tg.build`` are timed once. ``--target`` picks
+tegrad's backend (default: ``tg.build``'s).
 
 Checkpointing, ``--checkpoint K`` (default ``ceil(sqrt(L))``; 0 leaves it out): tegrad
 builds ``tg.nn.lstm(..., checkpoint=K)``, whose plan stores as checkpoints every state
@@ -277,6 +280,12 @@ def main(argv=None) -> int:
     parser.add_argument("--target", help="tegrad's target (default: tg.build's)")
     parser.add_argument("--repeat", type=int, help="timed runs (default 5; --quick 2)")
     parser.add_argument("--quick", action="store_true", help="2 timed runs (a smoke run)")
+    parser.add_argument("--pause", type=float, default=0.2,
+                        help="seconds of pause before each timed call (default 0.2)")
+    parser.add_argument("--blocks", action="store_true",
+                        help="bench_cpu.py's protocol: per side two blocks of runs, each "
+                             "after a pause and an untimed call (calls in a loop, as in "
+                             "training), instead of one timed call per turn")
     parser.add_argument("--threads", type=int,
                         help="threads for torch and NumPy's BLAS (default: torch's default)")
     parser.add_argument("--markdown", action="store_true", help="print GitHub tables")
@@ -340,7 +349,10 @@ def main(argv=None) -> int:
     if k:
         fns += [lambda: fbs[k](*arrays, h), lambda: ref.forward_backward(k)]
     with bench_shared.OtherLoad() as other:
-        times = median_ms(fns, repeat)
+        if args.blocks:
+            times = bench_shared.time_alternating(fns, repeat, 2, args.pause)
+        else:
+            times = median_ms(fns, repeat, args.pause)
 
     mb = 1 / 2**20
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -367,7 +379,9 @@ def main(argv=None) -> int:
     if k:
         rows.append((f"forward+backward, checkpoint={k}", *times[4:6]))
     bench_shared.print_table(
-        f"time: median of {repeat} runs after one warm-up (ms)",
+        f"time: median of {repeat} runs after one warm-up (ms; "
+        + ("calls in blocks, bench_cpu's protocol)" if args.blocks else
+           f"one call per turn, each after a {args.pause:g} s pause)"),
         ("pass", "tegrad ms", "torch ms", "ratio tegrad/torch"),
         [(name, f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}") for name, a, b in rows],
         args.markdown)

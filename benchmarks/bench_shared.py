@@ -9,6 +9,7 @@ imported) and printing a table (Markdown, rich, or plain text).
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 
@@ -118,3 +119,28 @@ class OtherLoad:
 def _own_cpu() -> float:
     t = os.times()
     return t.user + t.system
+
+
+def time_alternating(fns, runs: int, threads: int, pause: float) -> list[float]:
+    """Median ms of each callable (None: skipped), after one warm-up each. One thread:
+    ``runs`` rounds of one run per callable, a pause before each. More threads: two
+    blocks of runs per callable, a pause and an untimed call before each block. The
+    pause matters: after a call, OpenBLAS's idle workers spin for about 0.1-0.2 s, and
+    a torch (OpenMP) call that starts meanwhile loses a time slice (measured here: a
+    0.03 ms matmul takes 8 ms); 0.3 s is enough."""
+    live = [fn for fn in fns if fn is not None]
+    for fn in live:
+        fn()
+    rounds = runs if threads == 1 else min(2, runs)
+    per_block = -(-runs // rounds)
+    times: dict[int, list[float]] = {id(fn): [] for fn in live}
+    for _ in range(rounds):
+        for fn in live:
+            time.sleep(pause)
+            if threads > 1:
+                fn()
+            for _ in range(per_block):
+                t0 = time.perf_counter()
+                fn()
+                times[id(fn)].append(time.perf_counter() - t0)
+    return [None if fn is None else 1e3 * statistics.median(times[id(fn)]) for fn in fns]
