@@ -193,3 +193,4 @@ def test_threads_replay_their_own_workspace():
 def test_data_address_is_the_arrays_data_pointer():
     for a in (np.zeros(5), np.zeros((4, 6), np.float32)[1:, ::2], np.zeros(3)[::-1]):
         assert data_address(a) == a.ctypes.data
+

@@ -92,7 +92,8 @@ class _Compiled:
         held = [out]
         for a, dtype, strides in self.reads:
             arr = arrays[a]
-            if arr.dtype is not dtype or arr.strides != strides:  # (a copy if not C-order)
+            if (type(arr) is not np.ndarray or arr.dtype is not dtype
+                    or arr.strides != strides):  # (a copy if not a C-order array)
                 arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
         fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
