@@ -59,7 +59,7 @@ from .reduction import UNROLL, ReductionEmitter
 from .row_cache import row_caches
 
 PARALLEL_WORK = 1 << 17  # points x work per point below which a kernel runs on one thread
-TRANSCENDENTAL_COST = 8
+TRANSCENDENTAL_COST = 8  # a library call (exp, tanh, ...) weighs this many additions
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 
