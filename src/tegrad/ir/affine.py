@@ -8,7 +8,7 @@ currency of bounds checking and of the simplifier's equation solving.
 from __future__ import annotations
 
 from . import dtype as dt
-from .expr import Binary, Cast, Const, Expr, Unary, Var, const
+from .expr import Binary, Cast, Const, Expr, Unary, Var, binary, const
 
 Form = tuple[dict[Expr, int], int]
 
@@ -38,6 +38,24 @@ def linearize(e: Expr) -> Form:
     if isinstance(e, Cast) and dt.is_int(e.dtype) and dt.is_int(e.a.dtype):
         return linearize(e.a)
     return {e: 1}, 0
+
+
+def inequality(cond: Expr) -> Form | None:
+    """An integer comparison ``a < b`` or ``a <= b`` as the form ``f`` with ``f >= 0``
+    (``b - a - 1`` or ``b - a``); None for any other condition."""
+    if not (isinstance(cond, Binary) and cond.op in ("lt", "le") and dt.is_int(cond.a.dtype)):
+        return None
+    coeffs, k = linearize(binary("sub", cond.b, cond.a))
+    return coeffs, k - (1 if cond.op == "lt" else 0)
+
+
+def single_bound(cond: Expr) -> tuple[Var, int, int] | None:
+    """``cond`` as ``m v + k >= 0`` over one variable ``v``: ``(v, m, k)``, or None."""
+    form = inequality(cond)
+    if form is None or len(form[0]) != 1:
+        return None
+    ((v, m),) = form[0].items()
+    return (v, m, form[1]) if isinstance(v, Var) else None
 
 
 def build(coeffs: dict[Expr, int], k: int, dtype: str = dt.INDEX) -> Expr:

@@ -33,9 +33,8 @@ from __future__ import annotations
 
 import math
 
-from ..ir.affine import linearize
-from ..ir.dtype import is_int
-from ..ir.expr import Binary, Expr, Read, Reduce, Select, Var, split_conjunction
+from ..ir.affine import single_bound
+from ..ir.expr import Expr, Read, Reduce, Select, split_conjunction
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
     children,
@@ -187,19 +186,13 @@ def _count(v, ranges: dict) -> int:
 
 def _narrowed(cond: Expr, ranges: dict) -> dict:
     """``ranges`` (variable -> inclusive bounds) narrowed by the conjuncts of ``cond`` that
-    bound a single variable: ``c v + k >= 0`` from ``a < b`` and ``a <= b``."""
+    bound a single variable, ``m v + k >= 0``."""
     out = dict(ranges)
     for c in split_conjunction(cond):
-        if not (isinstance(c, Binary) and c.op in ("lt", "le") and is_int(c.a.dtype)):
+        bound = single_bound(c)
+        if bound is None or bound[0].extent is None:
             continue
-        coeffs, k = linearize(c.b - c.a)
-        if c.op == "lt":
-            k -= 1
-        if len(coeffs) != 1:
-            continue
-        ((v, m),) = coeffs.items()
-        if not isinstance(v, Var) or v.extent is None:
-            continue
+        v, m, k = bound
         lo, hi = out.get(v, (v.lo, v.lo + v.extent - 1))
         if m > 0:  # v >= ceil(-k / m)
             lo = max(lo, -(k // m))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ...ir.affine import linearize
+from ...ir.affine import linearize, single_bound
 from ...ir.bounds import interval, is_pure_index
 from ...ir.expr import (
     Binary,
@@ -127,15 +127,12 @@ def regions(body: Expr, v: Var, n: int) -> list[tuple[int, int]] | None:
 
 def _single_bound(c: Expr, v: Var) -> int | None:
     """The first value where the truth of ``c`` changes along ``v``, when ``c`` is an
-    inequality in ``v`` alone: ``m v + k >= 0`` (``a <= b`` as ``b - a >= 0``)."""
-    if not (isinstance(c, Binary) and c.op in ("lt", "le") and c.a.dtype.startswith("int")):
+    inequality in ``v`` alone, ``m v + k >= 0``: it holds from ``ceil(-k / m)`` on
+    (``m > 0``) or up to ``floor(k / -m)``."""
+    bound = single_bound(c)
+    if bound is None or bound[0] is not v:
         return None
-    coeffs, k = linearize(c.b - c.a)
-    if set(coeffs) != {v}:
-        return None
-    m = coeffs[v]
-    k -= 1 if c.op == "lt" else 0
-    # m > 0: holds from ceil(-k / m) on; m < 0: holds up to floor(k / -m)
+    _, m, k = bound
     return -(k // m) if m > 0 else k // -m + 1
 
 
