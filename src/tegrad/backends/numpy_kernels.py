@@ -15,6 +15,7 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from contextvars import ContextVar
 
 import numpy as np
@@ -372,6 +373,17 @@ EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)
 # a recorder of a contraction's products and copies (backends/cpu/replay.py); every other
 # write to an array the products read or to the output calls _untraceable
 TRACE: ContextVar = ContextVar("tegrad_trace", default=None)
+
+
+@contextmanager
+def hooks(*pairs):
+    """Set each ``(ContextVar, value)`` of ``pairs`` for the duration, restoring after."""
+    tokens = [(hook, hook.set(value)) for hook, value in pairs]
+    try:
+        yield
+    finally:
+        for hook, token in reversed(tokens):
+            hook.reset(token)
 
 
 def _untraceable(why: str) -> None:

@@ -446,11 +446,10 @@ def reduction_width(e: Expr) -> int:
         hit = memo.get(e)
         if hit is None:
             if isinstance(e, Reduce):
-                axes = set(e.axes)
-                nested = [width(r) for r in _nearest_reductions(e.source)
-                          if free_vars(r) & axes]
-                hit = math.prod(a.extent for a in e.axes) * max(nested, default=1)
-                hit = max([hit, *(width(r) for r in _nearest_reductions(e.source))])
+                inner = _nearest_reductions(e.source)
+                nested = [width(r) for r in inner if free_vars(r) & set(e.axes)]
+                own = math.prod(a.extent for a in e.axes) * max(nested, default=1)
+                hit = max([own, *map(width, inner)])
             else:
                 hit = max((width(r) for r in _nearest_reductions(e)), default=1)
             memo[e] = hit

@@ -18,6 +18,19 @@ _HELPER = r"""
 #include <stdint.h>
 #define TILE 32
 
+/* the byte offsets in dst and src of row-major index f over the first k dimensions */
+static inline void offsets(long f, int k, const long *shape, const long *ds, const long *ss,
+                           long *doff, long *soff) {
+  long rest = f;
+  *doff = *soff = 0;
+  for (int d = k - 1; d >= 0; d--) {
+    long i = rest % shape[d];
+    rest /= shape[d];
+    *doff += i * ds[d];
+    *soff += i * ss[d];
+  }
+}
+
 void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long *ds,
              const long *ss, long size, int nthreads) {
   long n = shape[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];
@@ -29,14 +42,8 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
     long tiles_m = (m + TILE - 1) / TILE, tiles_n = (n + TILE - 1) / TILE;
     #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
     for (long w = 0; w < outer * tiles_m * tiles_n; w++) {
-      long f = w / (tiles_m * tiles_n), tm = w / tiles_n % tiles_m, tn = w % tiles_n;
-      long rest = f, doff = 0, soff = 0;
-      for (int d = ndim - 3; d >= 0; d--) {
-        long i = rest % shape[d];
-        rest /= shape[d];
-        doff += i * ds[d];
-        soff += i * ss[d];
-      }
+      long tm = w / tiles_n % tiles_m, tn = w % tiles_n, doff, soff;
+      offsets(w / (tiles_m * tiles_n), ndim - 2, shape, ds, ss, &doff, &soff);
       long i_hi = tm * TILE + TILE < m ? tm * TILE + TILE : m;
       long j_hi = tn * TILE + TILE < n ? tn * TILE + TILE : n;
       for (long i = tm * TILE; i < i_hi; i++) {
@@ -56,13 +63,8 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
   for (int d = 0; d < ndim - 1; d++) outer *= shape[d];
   #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
   for (long f = 0; f < outer; f++) {
-    long rest = f, doff = 0, soff = 0;
-    for (int d = ndim - 2; d >= 0; d--) {
-      long i = rest % shape[d];
-      rest /= shape[d];
-      doff += i * ds[d];
-      soff += i * ss[d];
-    }
+    long doff, soff;
+    offsets(f, ndim - 1, shape, ds, ss, &doff, &soff);
     char *dp = dst + doff;
     const char *sp = src + soff;
     if (dl == size && sl == size) { memcpy(dp, sp, n * size); continue; }

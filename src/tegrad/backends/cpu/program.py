@@ -20,7 +20,7 @@ from ...lower.fusion import fuse
 from ...lower.plan import Plan
 from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
-from ..numpy_kernels import COPY, EMPTY, MATMUL, run_kernel
+from ..numpy_kernels import COPY, EMPTY, MATMUL, hooks, run_kernel
 from ..scan_run import run_scan
 from .buffers import MIN_BYTES, BufferPool
 from .c_ops import PRELUDE
@@ -153,14 +153,9 @@ class CpuProgram:
         self.pool.reclaim()
         # products and layout copies on the same threads (gemm.py, copy.py), contraction
         # outputs from the pool
-        tokens = [(hook, hook.set(value)) for hook, value in
-                  ((MATMUL, _matmul), (COPY, _copy), (EMPTY, self.pool.take))]
-        try:
-            with one_blas_thread():  # one thread pool: see gemm.py
-                results = self._run(feed)
-        finally:
-            for hook, token in tokens:
-                hook.reset(token)
+        with hooks((MATMUL, _matmul), (COPY, _copy), (EMPTY, self.pool.take)), \
+                one_blas_thread():  # one thread pool: see gemm.py
+            results = self._run(feed)
         self.pool.lend(results)
         return results
 

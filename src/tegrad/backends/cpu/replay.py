@@ -35,7 +35,15 @@ import threading
 
 import numpy as np
 
-from ..numpy_kernels import COPY, EMPTY, MATMUL, TRACE, run_contraction, workspace_buffers
+from ..numpy_kernels import (
+    COPY,
+    EMPTY,
+    MATMUL,
+    TRACE,
+    hooks,
+    run_contraction,
+    workspace_buffers,
+)
 from . import copy as copies
 from . import gemm
 from .buffers import BufferPool
@@ -226,14 +234,9 @@ class ReplayedContraction:
 
     def _record(self, key, inputs, arrays, pool) -> np.ndarray:
         recorder = Recorder(inputs, pool, self.threads)
-        hooks = ((MATMUL, recorder.matmul), (COPY, recorder.copy), (EMPTY, recorder.empty),
-                 (TRACE, recorder))
-        tokens = [(hook, hook.set(value)) for hook, value in hooks]
-        try:
+        with hooks((MATMUL, recorder.matmul), (COPY, recorder.copy),
+                   (EMPTY, recorder.empty), (TRACE, recorder)):
             result = run_contraction(self.c, arrays)
-        finally:
-            for hook, token in tokens:
-                hook.reset(token)
         why = recorder.why
         if why is None and result is not recorder.output:
             why = "a result cast to another dtype"
