@@ -44,6 +44,12 @@ def _conv(stride):
     return [X, W], tg.nn.conv2d(X, W, stride=stride, padding=1)
 
 
+def _wide_conv():  # channels enough for a looped reduction (numpy_kernels._looped)
+    X = tg.placeholder((2, 16, 10, 9), "float32", "X")
+    W = tg.placeholder((24, 16, 3, 3), "float32", "W")
+    return [X, W], tg.nn.conv2d(X, W, padding=1)
+
+
 def _scaled():  # a reduce variable no factor reads: the product is scaled by its extent
     A = tg.placeholder((64, 48), "float64", "A")
     B = tg.placeholder((48, 80), "float64", "B")
@@ -59,6 +65,7 @@ CASES = {  # name: (builder, every contraction replayed)
     "batched matmul": (_batched, True),
     "conv2d stride 1": (lambda: _conv(1), True),
     "conv2d stride 2": (lambda: _conv(2), True),
+    "conv2d looped": (_wide_conv, True),
     "scaled product": (_scaled, False),
 }
 
@@ -102,6 +109,30 @@ def test_replay_matches_numpy(name):
         assert not untraced and len(replayed) == len(kernels)
     else:  # the forward's product is scaled by NumPy; its gradients are plain products
         assert untraced == ["an operand NumPy computed"]
+
+
+def _terms_per_product(program) -> list[int]:
+    return [len(call.terms) // 2 for s in _contractions(program) for r in s.recipes.values()
+            if r is not None for call, _ in r.actions if hasattr(call, "terms")]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_looped_conv_products_match_torch(dtype):
+    """A conv with 16 channels runs its forward and input gradient as nine products over
+    shifted views each (one per kernel offset), recorded and replayed; against torch."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 16, 10, 9), dtype, "X")
+    W = tg.placeholder((24, 16, 3, 3), dtype, "W")
+    Y = tg.nn.conv2d(X, W, padding=1)
+    H = tg.placeholder(Y.shape, dtype, "H")
+    f = tg.build([X, W, H], [Y, *tg.gradient(Y, [X, W], head=H)], target="cpu")
+    for seed in (1, 2, 1):
+        x, w, h = _arrays([X, W, H], seed)
+        tx, tw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
+        ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+        want = [ty, *torch.autograd.grad(ty, [tx, tw], torch.tensor(h, dtype=torch.float64))]
+        _assert_close(f(x, w, h), [t.detach().numpy() for t in want], dtype)
+    assert _terms_per_product(f.program).count(9) >= 2  # the forward and the input gradient
 
 
 def test_accumulated_blocks_keep_the_general_path(monkeypatch):

@@ -17,6 +17,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
+from itertools import combinations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -28,6 +29,8 @@ from .numpy_eval import Evaluator
 GRID_LIMIT = 1 << 22
 PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling thread
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
+MAX_TERMS = 64  # a looped reduction's products (see _looped) ...
+MIN_TERM_DEPTH = 16  # ... and the least K of each
 
 
 def run_kernel(kernel, arrays, evaluate_compute):
@@ -208,13 +211,15 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
     k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
-    layout = (prefix, m_vars, n_vars, k_vars)
+    looped = _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext)
+    k_vars = [v for v in k_vars if v not in looped]
+    layout = (looped, prefix, m_vars, n_vars, k_vars)
     # block along the outermost batch axis so that each laid-out operand stays in cache
     size = max(math.prod(ext[v] for v in (*prefix, *m_vars, *k_vars) if v in xv),
                math.prod(ext[v] for v in (*prefix, *k_vars, *n_vars) if v in yv))
     # (or, with no batch axis, along the outermost reduced axis, adding the blocks up)
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
-    blocks = 1 if lead is None else min(ext[lead], -(-size // BLOCK_ELEMENTS))
+    blocks = 1 if lead is None or looped else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
         _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
         return
@@ -231,12 +236,38 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
             _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
 
 
+def _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext) -> list:
+    """The reduced variables to run as a sum of products, one per value, or none.
+
+    A convolution's input read ``X[n, c, h + r, w + s]`` is no matrix over ``(c, r, s) x
+    (h, w)``: laying it out copies it nine times (im2col). For each fixed ``(r, s)`` it
+    is one, a shifted view ``(c) x (h, w)`` (with the rows widened, see
+    ``contraction.widening``). So where the larger operand needs a copy with every reduced
+    variable in K, and is a view with some of them left out (at most ``MAX_TERMS``
+    products, each at least ``MIN_TERM_DEPTH`` deep), those are looped: each BLAS thread
+    adds the products of its block of the output up (``gemm.py``)."""
+    sides = sorted([(x, xv, m_vars, n_vars), (y, yv, n_vars, m_vars)], key=lambda s: -s[0].size)
+    big, bv, free, _ = sides[0]
+    if len(k_vars) < 2 or _matrix_view(big, bv, prefix, free, k_vars, ext) is not None:
+        return []
+    subsets = [list(c) for r in range(1, len(k_vars)) for c in combinations(k_vars, r)]
+    subsets.sort(key=lambda c: math.prod(ext[v] for v in c))
+    for loop in subsets:
+        rest = [v for v in k_vars if v not in loop]
+        if (math.prod(ext[v] for v in loop) <= MAX_TERMS
+                and math.prod(ext[v] for v in rest) >= MIN_TERM_DEPTH
+                and _matrix_view(big, bv, loop + prefix, free, rest, ext) is not None):
+            return loop
+    return []
+
+
 def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
-    """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N)."""
-    prefix, m_vars, n_vars, k_vars = layout
-    matmul = MATMUL.get() or np.matmul
-    xm = _arrange(x, xv, prefix, m_vars, k_vars, ext, "x")
-    ym = _arrange(y, yv, prefix, k_vars, n_vars, ext, "y")
+    """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N), summed
+    over the values of the ``looped`` variables."""
+    looped, prefix, m_vars, n_vars, k_vars = layout
+    matmul = MATMUL.get() or product_sum
+    xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x")
+    ym = _arrange(y, yv, looped + prefix, k_vars, n_vars, ext, "y")
     if scale != 1:
         s = np.asarray(scale, dtype=target.dtype)
         if xm.size <= ym.size:
@@ -261,31 +292,51 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
             direct = None
         if direct is not None and not _c_blasable(direct):
             direct = None
-    if direct is not None:
-        matmul(xm, ym, out=direct)
-        return
     if swap:
-        result = np.swapaxes(matmul(np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)), -1, -2)
-    else:
-        result = matmul(xm, ym)
+        xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
+    xs, ys = _split_terms(xm, len(looped)), _split_terms(ym, len(looped))
+    if direct is not None:
+        matmul(xs, ys, out=direct)
+        return
+    result = matmul(xs, ys)
+    if swap:
+        result = np.swapaxes(result, -1, -2)
     result = result.reshape([ext[v] for v in rvars])
     _write(target, out_vars, result, rvars, accumulate)
+
+
+def _split_terms(m: np.ndarray, looped: int):
+    """``m`` itself, or with ``looped`` leading dimensions the list of its matrices'
+    stacks, one per term."""
+    if not looped:
+        return m
+    return [m[index] for index in np.ndindex(*m.shape[:looped])]
+
+
+def _matrix_view(a, vs, prefix, rows, cols, ext):
+    """``a`` (dims ``vs``) as a BLAS-ready view (prefix..., prod(rows), prod(cols)), or
+    None when its layout allows none."""
+    perm = [vs.index(v) for v in (*prefix, *rows, *cols) if v in vs]
+    shape = [ext[v] if v in vs else 1 for v in prefix]
+    shape += [math.prod(ext[v] for v in rows), math.prod(ext[v] for v in cols)]
+    try:
+        m = np.reshape(np.transpose(a, perm), shape, copy=False)
+    except ValueError:
+        return None
+    return m if _c_blasable(m) or _c_blasable(np.swapaxes(m, -1, -2)) else None
 
 
 def _arrange(a, vs, prefix, rows, cols, ext, role):
     """``a`` (dims ``vs``) as (prefix..., prod(rows), prod(cols)), BLAS-ready: a view when
     the layout allows, else a copy into workspace ``role``, made in whichever of
     (rows, cols) and (cols, rows) copies with the longer inner rows."""
+    m = _matrix_view(a, vs, prefix, rows, cols, ext)
+    if m is not None:
+        return m
     perm = [vs.index(v) for v in (*prefix, *rows, *cols) if v in vs]
     shape = [ext[v] if v in vs else 1 for v in prefix]
     shape += [math.prod(ext[v] for v in rows), math.prod(ext[v] for v in cols)]
     t = np.transpose(a, perm)
-    try:
-        m = np.reshape(t, shape, copy=False)
-        if _c_blasable(m) or _c_blasable(np.swapaxes(m, -1, -2)):
-            return m
-    except ValueError:
-        pass
     full = [ext[v] if v in vs else 1 for v in (*prefix, *rows, *cols)]
     t = t.reshape(full) if t.ndim != len(full) else t
     npre = len(prefix)
@@ -346,6 +397,21 @@ def clear_workspace() -> None:
     _WORKSPACE.buffers.clear()
 
 
+def terms(x) -> list[np.ndarray]:
+    """The terms of a product operand: ``x`` itself, or the arrays of a list."""
+    return list(x) if isinstance(x, list | tuple) else [x]
+
+
+def product_sum(a, b, out: np.ndarray | None = None) -> np.ndarray:
+    """``np.matmul(a, b, out=out)``; with lists of terms (a looped reduction, see
+    ``_looped``), the sum of their products."""
+    a_terms, b_terms = terms(a), terms(b)
+    out = np.matmul(a_terms[0], b_terms[0], out=out)
+    for x, y in zip(a_terms[1:], b_terms[1:], strict=True):
+        out += np.matmul(x, y)
+    return out
+
+
 def _c_blasable(m: np.ndarray) -> bool:
     rows, cols = m.shape[-2:]
     s_row, s_col = m.strides[-2:]
@@ -365,8 +431,9 @@ _THREADS = _threads()
 _POOL: list = []
 
 
-# a compiled backend's matmul(a, b, out=None), copy(dst, src) and empty(shape, dtype) (its
-# buffer pool), for the duration of its run (backends/cpu/gemm.py, copy.py, buffers.py)
+# a compiled backend's matmul(a, b, out=None) (a product, or with lists of terms the sum of
+# theirs: product_sum), copy(dst, src) and empty(shape, dtype) (its buffer pool), for the
+# duration of its run (backends/cpu/gemm.py, copy.py, buffers.py)
 MATMUL: ContextVar = ContextVar("tegrad_matmul", default=None)
 COPY: ContextVar = ContextVar("tegrad_copy", default=None)
 EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)

@@ -9,6 +9,11 @@ while a program runs, OpenBLAS is set to one thread, and each product is split i
 ``threads`` blocks of rows (or of columns, whichever dimension is longer; or batches)
 that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below).
 
+A product may be a sum of ``terms`` products over operands at fixed offsets from the
+first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine shifted
+views of its padded input): each thread makes every term's call on its block, the first
+with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
+
 The BLAS is NumPy's own (found among the loaded libraries: ``scipy_cblas_sgemm64_`` in
 NumPy's wheels, or a plain ``cblas_sgemm``). Where none is found, or an operand's layout
 is not one BLAS takes, ``matmul`` is ``np.matmul``.
@@ -23,6 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..numpy_kernels import product_sum, terms
+
 _HELPER = r"""
 #include <stdint.h>
 typedef BLASINT bi;
@@ -33,7 +40,7 @@ typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
 
 void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
              const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
-             char *C, long sc, long ldc, int nthreads) {
+             char *C, long sc, long ldc, const long *terms, long nterms, int nthreads) {
   long size = dbl ? 8 : 4;
   long chunks = 1, by_rows = M >= N;
   if (batch < nthreads) chunks = (nthreads + batch - 1) / batch;
@@ -41,7 +48,7 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   if (chunks > extent) chunks = extent;
   if (chunks < 1) chunks = 1;
   long items = batch * chunks;
-  int threads = (double)M * N * K >= MIN_PARALLEL_MACS ? nthreads : 1;
+  int threads = (double)M * N * K * nterms >= MIN_PARALLEL_MACS ? nthreads : 1;
   #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
   for (long w = 0; w < items; w++) {
     long b = w / chunks, c = w % chunks;
@@ -52,12 +59,15 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     if (by_rows) { a += (ta ? lo : lo * lda) * size; cc += lo * ldc * size; m = hi - lo; }
     else { bb += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
     if (m <= 0 || n <= 0) continue;
-    if (dbl)
-      ((dgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0, (const double *)a, lda,
-                    (const double *)bb, ldb, 0.0, (double *)cc, ldc);
-    else
-      ((sgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0f, (const float *)a, lda,
-                    (const float *)bb, ldb, 0.0f, (float *)cc, ldc);
+    for (long t = 0; t < nterms; t++) {  /* term t: operands moved by terms[2t], terms[2t+1] */
+      const char *at = a + terms[2 * t] * size, *bt = bb + terms[2 * t + 1] * size;
+      if (dbl)
+        ((dgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0, (const double *)at,
+                      lda, (const double *)bt, ldb, t ? 1.0 : 0.0, (double *)cc, ldc);
+      else
+        ((sgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0f, (const float *)at,
+                      lda, (const float *)bt, ldb, t ? 1.0f : 0.0f, (float *)cc, ldc);
+    }
   }
 }
 """
@@ -102,7 +112,8 @@ class _Blas:
                     [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
-                     ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int])
+                     ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                     ctypes.c_long, ctypes.c_int])
 
 
 def _loaded_blas_paths() -> list[str]:
@@ -137,7 +148,9 @@ def one_blas_thread():
 
 class GemmCall(NamedTuple):
     """One ``tg_gemm`` call but for its three addresses: what ``matmul`` decided for one
-    layout of its operands, replayable on others of that layout (``replay.py``)."""
+    layout of its operands, replayable on others of that layout (``replay.py``). The
+    addresses are the first term's; ``terms`` holds each term's element offsets from them,
+    ``(a, b)`` pairs flattened."""
 
     fn: int
     dbl: int
@@ -153,21 +166,27 @@ class GemmCall(NamedTuple):
     tb: int
     sc: int
     ldc: int
+    terms: ctypes.Array
 
     def run(self, a: int, b: int, c: int, threads: int) -> None:
         _blas().helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
                        self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc, self.ldc,
-                       threads)
+                       self.terms, len(self.terms) // 2, threads)
 
 
-def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray):
+def prepare(a, b, out: np.ndarray):
     """``(call, (a, b, out) as the call's batched operands)`` making ``out[...] = a @ b``
     for float operands ``(..., M, K) @ (..., K, N)``, or None where a layout or dtype is not
-    one BLAS takes (``np.matmul`` must then do it). An operand may be a copy: the call
-    reads the addresses of the arrays returned, which must live until it is made."""
+    one BLAS takes (``np.matmul`` must then do it). ``a`` and ``b`` may be lists of terms
+    (``out[...] = sum_t a[t] @ b[t]``) of one layout each, the operands returned being the
+    first term's. An operand may be a copy: the call reads the addresses of the arrays
+    returned, which must live until it is made."""
     blas = _blas()
+    a_terms, b_terms = terms(a), terms(b)
+    a, b = a_terms[0], b_terms[0]
     if (not blas.found or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64)
-            or a.ndim < 2 or b.ndim < 2 or out.dtype != a.dtype):
+            or a.ndim < 2 or b.ndim < 2 or out.dtype != a.dtype
+            or len(a_terms) != len(b_terms)):
         return None
     M, K = a.shape[-2:]
     N = b.shape[-1]
@@ -177,19 +196,34 @@ def prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray):
         return None
     if out.shape != (*prefix, M, N) or 0 in out.shape or K == 0 or b.shape[-2] != K:
         return None
-    am, bm = _batched(a, prefix), _batched(b, prefix)
+    looped = len(a_terms) > 1  # the terms' operands must be views at fixed offsets
+    am, bm = _batched(a, prefix, copy=not looped), _batched(b, prefix, copy=not looped)
     try:  # the result is written in place: it must be a view
         cm = out[None] if not prefix else np.reshape(out, (-1, M, N), copy=False)
     except ValueError:
+        return None
+    if am is None or bm is None:
         return None
     la, lb, lc = _layout(am, M, K), _layout(bm, K, N), _layout(cm, M, N)
     if la is None or lb is None or lc is None or lc[1]:
         return None
     size = a.itemsize
+    offsets = [_offset(x, first, size) for pair in zip(a_terms, b_terms, strict=True)
+               for x, first in zip(pair, (a, b), strict=True)]
+    if None in offsets:
+        return None
     call = GemmCall(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M,
                     N, K, am.strides[0] // size, la[0], la[1], bm.strides[0] // size, lb[0],
-                    lb[1], cm.strides[0] // size, lc[0])
+                    lb[1], cm.strides[0] // size, lc[0], (ctypes.c_long * len(offsets))(*offsets))
     return call, (am, bm, cm)
+
+
+def _offset(x: np.ndarray, first: np.ndarray, size: int) -> int | None:
+    """``x``'s element offset from ``first`` when both have one layout, else None."""
+    if x.shape != first.shape or x.strides != first.strides or x.dtype != first.dtype:
+        return None
+    delta = x.ctypes.data - first.ctypes.data
+    return None if delta % size else delta // size
 
 
 def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
@@ -197,31 +231,33 @@ def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
 
 
-def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None, threads: int = 1):
+def matmul(a, b, out: np.ndarray | None = None, threads: int = 1):
     """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
-    split over ``threads`` OpenMP threads."""
-    if out is None and a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype:
+    split over ``threads`` OpenMP threads; or with lists of terms, their products' sum."""
+    first, other = terms(a)[0], terms(b)[0]
+    if out is None and first.ndim >= 2 and other.ndim >= 2 and first.dtype == other.dtype:
         try:
-            out = np.empty(result_shape(a, b), a.dtype)
+            out = np.empty(result_shape(first, other), first.dtype)
         except ValueError:
             out = None
     prepared = None if out is None else prepare(a, b, out)
     if prepared is None:
-        return np.matmul(a, b, out=out)
+        return product_sum(a, b, out)
     call, operands = prepared
     call.run(*(x.ctypes.data for x in operands), threads)
     return out
 
 
-def _batched(x: np.ndarray, prefix: tuple) -> np.ndarray:
-    """``x`` broadcast over ``prefix`` as one batch dimension (a view; strides may be 0)."""
+def _batched(x: np.ndarray, prefix: tuple, copy: bool = True) -> np.ndarray | None:
+    """``x`` broadcast over ``prefix`` as one batch dimension: a view (strides may be 0),
+    else a copy, or None when ``copy`` is false."""
     x = np.broadcast_to(x, (*prefix, *x.shape[-2:])) if x.shape[:-2] != prefix else x
     if not prefix:
         return x[None]
     try:
         return np.reshape(x, (-1, *x.shape[-2:]), copy=False)
     except ValueError:
-        return np.ascontiguousarray(x).reshape(-1, *x.shape[-2:])
+        return np.ascontiguousarray(x).reshape(-1, *x.shape[-2:]) if copy else None
 
 
 def _layout(m: np.ndarray, rows: int, cols: int):

@@ -41,7 +41,9 @@ from ..numpy_kernels import (
     MATMUL,
     TRACE,
     hooks,
+    product_sum,
     run_contraction,
+    terms,
     workspace_buffers,
 )
 from . import copy as copies
@@ -112,14 +114,15 @@ class Recorder:
         return out
 
     def matmul(self, a, b, out=None):
-        if out is None and a.ndim >= 2 and b.ndim >= 2 and a.dtype == b.dtype:
-            out = np.empty(gemm.result_shape(a, b), a.dtype)
+        first, other = terms(a)[0], terms(b)[0]
+        if out is None and first.ndim >= 2 and other.ndim >= 2 and first.dtype == other.dtype:
+            out = np.empty(gemm.result_shape(first, other), first.dtype)
             self.owned.append(out)
         prepared = None if out is None else gemm.prepare(a, b, out)
         if prepared is None:
             self.untraceable("a product outside BLAS")
-            return np.matmul(a, b, out=out)
-        self._log(*prepared)
+            return product_sum(a, b, out)
+        self._log(*prepared, reach=(terms(a), terms(b), [out]))
         return out
 
     def copy(self, dst, src) -> None:
@@ -131,16 +134,26 @@ class Recorder:
             return
         self._log(*prepared)
 
-    def _log(self, call, operands) -> None:
+    def _log(self, call, operands, reach=None) -> None:
+        """Log and make ``call`` on ``operands``; ``reach`` lists, per operand, the arrays
+        its call touches (a product's terms: at fixed offsets in the same buffer)."""
         addresses = [x.ctypes.data for x in operands]
         located = tuple(self._locate(p) for p in addresses)
         n = len(self.inputs)
-        for x, (k, offset) in zip(operands, located, strict=True):
+        for x, (k, _), touched in zip(operands, located, reach or [[x] for x in operands],
+                                     strict=True):
+            if any(self._locate(t.ctypes.data)[0] != k for t in touched):
+                self.untraceable("a product's terms in two buffers")
             if k > n:  # an owned buffer: the recipe copies the bytes that are used
-                end = offset + _span(x)[1] - x.ctypes.data
+                start = self._buffer(k).ctypes.data
+                end = max(_span(t)[1] for t in (x, *touched)) - start
                 self.used[k - n - 1] = max(self.used.get(k - n - 1, 0), end)
         self.actions.append((call, located))
         call.run(*addresses, self.threads)
+
+    def _buffer(self, k: int) -> np.ndarray:
+        """Owned buffer ``k`` (numbered as ``_locate`` does)."""
+        return self.owned[k - len(self.inputs) - 1]
 
     def _locate(self, address: int) -> tuple[int, int]:
         """``(buffer, byte offset from its data pointer)`` of an operand's first element:
