@@ -44,12 +44,6 @@ def _conv(stride):
     return [X, W], tg.nn.conv2d(X, W, stride=stride, padding=1)
 
 
-def _wide_conv():  # channels enough for a looped reduction (numpy_kernels._looped)
-    X = tg.placeholder((2, 16, 10, 9), "float32", "X")
-    W = tg.placeholder((24, 16, 3, 3), "float32", "W")
-    return [X, W], tg.nn.conv2d(X, W, padding=1)
-
-
 def _scaled():  # a reduce variable no factor reads: the product is scaled by its extent
     A = tg.placeholder((64, 48), "float64", "A")
     B = tg.placeholder((48, 80), "float64", "B")
@@ -65,7 +59,6 @@ CASES = {  # name: (builder, every contraction replayed)
     "batched matmul": (_batched, True),
     "conv2d stride 1": (lambda: _conv(1), True),
     "conv2d stride 2": (lambda: _conv(2), True),
-    "conv2d looped": (_wide_conv, True),
     "scaled product": (_scaled, False),
 }
 
@@ -116,23 +109,44 @@ def _terms_per_product(program) -> list[int]:
             if r is not None for call, _ in r.actions if hasattr(call, "terms")]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_looped_conv_products_match_torch(dtype):
-    """A conv with 16 channels runs its forward and input gradient as nine products over
-    shifted views each (one per kernel offset), recorded and replayed; against torch."""
+LOOPED = {  # name: (dtype, image (H, W), kernel, stride, padding, forward's products)
+    "3x3 stride 1 float32": ("float32", (10, 9), 3, 1, 1, 9),
+    "3x3 stride 1 float64": ("float64", (10, 9), 3, 1, 1, 9),
+    "3x3 stride 2": ("float64", (11, 9), 3, 2, 1, 9),  # phase planes of unequal sizes
+    "5x5 stride 2": ("float64", (14, 13), 5, 2, 2, 25),  # offsets beyond the kernel skipped
+    "3x3 stride 3": ("float64", (13, 12), 3, 3, 0, 1),  # the planes are K: one product
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPED))
+@pytest.mark.parametrize("target", ["cpu", "numpy"])
+def test_looped_conv_products_match_torch(name, target):
+    """A conv with 16 channels runs its forward (and at stride 1 its input gradient) as
+    one product per kernel offset over shifted views (of phase planes at stride > 1,
+    ``contraction.phase_split``), recorded and replayed on the compiled target; every
+    result against torch in float64."""
     torch = pytest.importorskip("torch")
-    X = tg.placeholder((2, 16, 10, 9), dtype, "X")
-    W = tg.placeholder((24, 16, 3, 3), dtype, "W")
-    Y = tg.nn.conv2d(X, W, padding=1)
+    dtype, (height, width), kernel, stride, padding, products = LOOPED[name]
+    X = tg.placeholder((4, 16, height, width), dtype, "X")
+    W = tg.placeholder((16, 16, kernel, kernel), dtype, "W")
+    Y = tg.nn.conv2d(X, W, stride=stride, padding=padding)
     H = tg.placeholder(Y.shape, dtype, "H")
-    f = tg.build([X, W, H], [Y, *tg.gradient(Y, [X, W], head=H)], target="cpu")
+    f = tg.build([X, W, H], [Y, *tg.gradient(Y, [X, W], head=H)], target=target)
     for seed in (1, 2, 1):
         x, w, h = _arrays([X, W, H], seed)
         tx, tw = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (x, w))
-        ty = torch.nn.functional.conv2d(tx, tw, padding=1)
+        ty = torch.nn.functional.conv2d(tx, tw, stride=stride, padding=padding)
         want = [ty, *torch.autograd.grad(ty, [tx, tw], torch.tensor(h, dtype=torch.float64))]
         _assert_close(f(x, w, h), [t.detach().numpy() for t in want], dtype)
-    assert _terms_per_product(f.program).count(9) >= 2  # the forward and the input gradient
+    if target == "cpu":
+        forward = _contractions(f.program)[0]
+        assert forward.c.shape == Y.shape
+        (recipe,) = forward.recipes.values()
+        terms = [len(c.terms) // 2 for c, _ in recipe.actions if hasattr(c, "terms")]
+        assert terms == [products]  # one per kernel offset, none reading padding alone
+        copies = [np.prod(c.shape) * c.itemsize for c, _ in recipe.actions
+                  if not hasattr(c, "terms")]
+        assert max(copies) < 1.5 * x.nbytes  # padding or phase planes, no im2col
 
 
 def test_accumulated_blocks_keep_the_general_path(monkeypatch):

@@ -11,26 +11,25 @@ scatter      evaluate value and target indices over the grid (chunked), then a
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from itertools import combinations
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from ..lower.contraction import Contraction, Factor, Piece, index_range
+from ..lower.contraction import MIN_TERM_DEPTH, Contraction, Factor, Piece, index_range
 from ..lower.scatter import Scatter
 from .numpy_eval import Evaluator
 
 GRID_LIMIT = 1 << 22
 PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling thread
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
-MAX_TERMS = 64  # a looped reduction's products (see _looped) ...
-MIN_TERM_DEPTH = 16  # ... and the least K of each
+MAX_TERMS = 64  # a looped reduction's products (see _looped), each at least MIN_TERM_DEPTH deep
 
 
 def run_kernel(kernel, arrays, evaluate_compute):
@@ -74,14 +73,16 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
     ext = {v: hi - lo + 1 for v, (lo, hi) in ranges.items()}
     ops = []
     for k, f in enumerate(p.factors):
-        op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k))
+        batch = set(p.out_vars).difference(*(_variables(g) for g in p.factors if g is not f))
+        op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k), batch)
         if op is None:  # reads only padding: the piece is zero
             if not accumulate:
                 _untraceable("a piece that reads only padding")
                 target[...] = 0
             return
         ops.append(op)
-    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate)
+    zero = _PaddingReads(p, ranges)
+    _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate, zero)
 
 
 def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
@@ -101,11 +102,16 @@ def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
     return as_strided(base, shape, strides, writeable=writeable), order
 
 
-def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None):
+def _variables(f: Factor) -> set:
+    return {v for coeffs, _ in f.index for v, _ in coeffs}
+
+
+def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None, batch=()):
     """The view of factor ``f`` over ``ranges``; None when it reads only padding. With
     ``pitch = (m, P, spans)`` (row widening, see ``contraction.widening``), the buffer is
     always padded, from ``spans`` (the index ranges before widening), dim ``m`` is ``P``
-    wide and ``P`` zeroed elements of slack follow the buffer."""
+    wide and ``P`` zeroed elements of slack follow the buffer. ``batch``: the output
+    variables no other factor reads (see ``_phased_layout``)."""
     key = (f.tensor, "cast")
     if array.dtype != acc:
         if key not in cache:
@@ -113,39 +119,88 @@ def _factor_view(f: Factor, array: np.ndarray, ranges, acc, cache, pitch=None):
         array = cache[key]
     if pitch is None:
         spans = [index_range(form, ranges) for form in f.index]
-        if all(lo >= 0 and hi < d for (lo, hi), d in zip(spans, array.shape, strict=True)):
+        if not f.phases and all(lo >= 0 and hi < d for (lo, hi), d
+                                in zip(spans, array.shape, strict=True)):
             return _view(array, f.index, ranges)
         box = spans
     else:
         m, width, spans = pitch
         box = list(spans)
         box[m] = (spans[m][0], spans[m][0] + width - 1)
-    # copy only the natural spans: beyond them (widened columns) the buffer holds zeros
-    src, dst = [], []
-    for (lo, hi), (blo, _), d in zip(spans, box, array.shape, strict=True):
-        a, b = max(lo, 0), min(hi, d - 1)
-        if a > b:
-            return None
-        src.append(slice(a, b + 1))
-        dst.append(slice(a - blo, b + 1 - blo))
     key = (f.tensor, tuple(box), tuple(spans))
     buf = cache.get(key)
     if buf is None:
         shape = [hi - lo + 1 for lo, hi in box]
         slack = pitch[1] if pitch is not None else 0
-        buf = _WORKSPACE.get(("pad", len(cache)), shape, acc, slack)
-        for m, (d, n) in enumerate(zip(dst, shape, strict=True)):  # zero the border
-            head = (slice(None),) * m
-            if d.start:
-                buf[(*head, slice(0, d.start))] = 0
-            if d.stop < n:
-                buf[(*head, slice(d.stop, n))] = 0
-        _copy(buf[tuple(dst)], array[tuple(src)])
+        order = _phased_layout(f, batch) if f.phases else list(range(len(shape)))
+        buf = _WORKSPACE.get(("pad", len(cache)), [shape[d] for d in order], acc, slack)
+        buf = np.transpose(buf, np.argsort(order))
+        if f.phases:
+            _fill_phases(buf, f.phases, array, spans, box)
+        else:  # copy only the natural spans: beyond them (widened columns) the buffer is 0
+            src, dst = _clipped(spans, box, array.shape, {})
+            if src is None:
+                return None
+            _fill(buf, dst, array[tuple(src)])
         cache[key] = buf
     return _view(buf, f.index, ranges, origin=[lo for lo, _ in box])
 
 
-def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
+def _phased_layout(f: Factor, batch) -> list[int]:
+    """The memory order of a phased factor's buffer dims: the phase dims, then the
+    tensor's, but with the batch dims (read as one ``batch`` variable alone) between the
+    last two, so that one channel's rows of every image of a phase plane form one matrix
+    row (``_batch_layouts``)."""
+    count = len(f.phases)
+    dims = list(range(count, len(f.index)))
+    moved = [d for d in dims[:-2] if len(f.index[d][0]) == 1
+             and f.index[d][0][0][0] in batch and f.index[d][0][0][1] == 1]
+    rest = [d for d in dims if d not in moved]
+    return [*range(count), *rest[:-1], *moved, rest[-1]]
+
+
+def _clipped(spans, box, dims, steps: dict):
+    """``(source slices, destination slices)`` copying the part of ``spans`` inside the
+    array (of ``dims``) into a buffer over ``box``; ``(None, None)`` when none is. Dim ``d``
+    in ``steps`` reads elements ``S*q + a`` for ``q`` in its span (``steps[d] = (S, a)``)."""
+    src, dst = [], []
+    for d, ((lo, hi), (blo, _), n) in enumerate(zip(spans, box, dims, strict=True)):
+        step, a = steps.get(d, (1, 0))
+        first, last = max(lo, -(a // step)), min(hi, (n - 1 - a) // step)
+        if first > last:
+            return None, None
+        src.append(slice(step * first + a, step * last + a + 1, step))
+        dst.append(slice(first - blo, last + 1 - blo))
+    return src, dst
+
+
+def _fill(buf: np.ndarray, dst: list, src: np.ndarray) -> None:
+    """``buf[dst] = src``, the rest of ``buf`` (its borders around ``dst``) zero."""
+    for m, (d, n) in enumerate(zip(dst, buf.shape, strict=True)):
+        head = (slice(None),) * m
+        if d.start:
+            buf[(*head, slice(0, d.start))] = 0
+        if d.stop < n:
+            buf[(*head, slice(d.stop, n))] = 0
+    _copy(buf[tuple(dst)], src)
+
+
+def _fill_phases(buf, phases, array, spans, box) -> None:
+    """Fill a phased factor's buffer (``contraction.phase_split``): one zero-padded plane
+    per value of its phase indices (the leading dims), plane ``a`` of dim ``(m, S, o)``
+    holding the elements ``S*q + a + o``."""
+    count = len(phases)
+    for values in itertools.product(*(range(lo, hi + 1) for lo, hi in spans[:count])):
+        plane = buf[tuple(v - blo for v, (blo, _) in zip(values, box, strict=False))]
+        steps = {m: (step, a + o) for (m, step, o), a in zip(phases, values, strict=True)}
+        src, dst = _clipped(spans[count:], box[count:], array.shape, steps)
+        if src is None:
+            plane[...] = 0
+        else:
+            _fill(plane, dst, array[tuple(src)])
+
+
+def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, zero=None):
     present = set().union(*(vs for _, vs in ops))
     scale *= math.prod(ext[v] for v in red_vars if v not in present)
     summed = []
@@ -157,7 +212,7 @@ def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate):
             vs = [v for v in vs if v in others]
         summed.append((a, vs))
     if len(summed) == 2:
-        _matmul(summed, out_vars, target, ext, scale, accumulate)
+        _matmul(summed, out_vars, target, ext, scale, accumulate, zero)
         return
     if len(summed) == 1:
         result, rvars = summed[0]
@@ -186,7 +241,7 @@ def _write(target, out_vars, result, rvars, accumulate):
         _copy(target, result)
 
 
-def _matmul(ops, out_vars, target, ext, scale, accumulate):
+def _matmul(ops, out_vars, target, ext, scale, accumulate, zero=None):
     (a, av), (b, bv) = ops
     sa, sb = set(av), set(bv)
     outs = [v for v in out_vars if v in sa or v in sb]
@@ -211,7 +266,8 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
     k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
-    looped = _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext)
+    looped, prefix, m_vars, n_vars = _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars,
+                                             ext, zero)
     k_vars = [v for v in k_vars if v not in looped]
     layout = (looped, prefix, m_vars, n_vars, k_vars)
     # block along the outermost batch axis so that each laid-out operand stays in cache
@@ -221,7 +277,7 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
     blocks = 1 if lead is None or looped else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
-        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
+        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, zero)
         return
     step = -(-ext[lead] // blocks)
     for lo in range(0, ext[lead], step):
@@ -231,39 +287,88 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate):
         sub = {**ext, lead: cut.stop - cut.start}
         if lead in out_vars:
             ts = target[(slice(None),) * out_vars.index(lead) + (cut,)]
-            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate)
+            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate, zero)
         else:
-            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
+            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
+                  zero)
 
 
-def _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext) -> list:
-    """The reduced variables to run as a sum of products, one per value, or none.
+_LOOPED: dict = {}  # _looped's choices by operand layout and variables
+
+
+def _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
+    """``_choose_loop``, remembered per layout (it tries tens of views)."""
+    key = (x.shape, x.strides, y.shape, y.strides, tuple(xv), tuple(yv), tuple(prefix),
+           tuple(m_vars), tuple(n_vars), tuple(k_vars), tuple(ext[v] for v in (*xv, *yv)),
+           zero)
+    choice = _LOOPED.get(key)
+    if choice is None:
+        if len(_LOOPED) >= 4096:
+            _LOOPED.clear()
+        choice = _LOOPED[key] = _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars,
+                                             ext, zero)
+    return choice
+
+
+def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
+    """``(looped, prefix, m_vars, n_vars)``: the reduced variables to run as a sum of
+    products, one per value (none: ``[]`` and the layout as given).
 
     A convolution's input read ``X[n, c, h + r, w + s]`` is no matrix over ``(c, r, s) x
     (h, w)``: laying it out copies it nine times (im2col). For each fixed ``(r, s)`` it
     is one, a shifted view ``(c) x (h, w)`` (with the rows widened, see
     ``contraction.widening``). So where the larger operand needs a copy with every reduced
     variable in K, and is a view with some of them left out (at most ``MAX_TERMS``
-    products, each at least ``MIN_TERM_DEPTH`` deep), those are looped: each BLAS thread
-    adds the products of its block of the output up (``gemm.py``)."""
-    sides = sorted([(x, xv, m_vars, n_vars), (y, yv, n_vars, m_vars)], key=lambda s: -s[0].size)
-    big, bv, free, _ = sides[0]
-    if len(k_vars) < 2 or _matrix_view(big, bv, prefix, free, k_vars, ext) is not None:
-        return []
-    subsets = [list(c) for r in range(1, len(k_vars)) for c in combinations(k_vars, r)]
-    subsets.sort(key=lambda c: math.prod(ext[v] for v in c))
-    for loop in subsets:
-        rest = [v for v in k_vars if v not in loop]
-        if (math.prod(ext[v] for v in loop) <= MAX_TERMS
-                and math.prod(ext[v] for v in rest) >= MIN_TERM_DEPTH
-                and _matrix_view(big, bv, loop + prefix, free, rest, ext) is not None):
-            return loop
-    return []
+    products, each at least ``MIN_TERM_DEPTH`` deep; of those, the fewest multiply-adds,
+    products that read only padding skipped), those are looped: each BLAS thread
+    adds the products of its block of the output up (``gemm.py``). A batch variable only
+    the larger operand reads may join its free dimension there (``_batch_layouts``)."""
+    sides = sorted([(x, xv, True), (y, yv, False)], key=lambda s: -s[0].size)
+    big, bv, left = sides[0]
+    best, unchanged = None, ([], prefix, m_vars, n_vars)
+    if len(k_vars) < 2 or _matrix_view(big, bv, prefix, m_vars if left else n_vars, k_vars,
+                                       ext) is not None:
+        return unchanged
+    for r in range(1, len(k_vars)):
+        for loop in map(list, itertools.combinations(k_vars, r)):
+            rest = [v for v in k_vars if v not in loop]
+            depth = math.prod(ext[v] for v in rest)
+            if math.prod(ext[v] for v in loop) > MAX_TERMS or depth < MIN_TERM_DEPTH:
+                continue
+            for pre, free in _batch_layouts(prefix, m_vars if left else n_vars,
+                                            yv if left else xv):
+                if _matrix_view(big, bv, loop + pre, free, rest, ext) is not None:
+                    live = len(_live_terms(loop, ext, zero))
+                    if best is None or (live * depth, live) < best[0]:
+                        layout = (pre, free, n_vars) if left else (pre, m_vars, free)
+                        best = (live * depth, live), (loop, *layout)
+                    break
+    return unchanged if best is None else best[1]
 
 
-def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
+def _live_terms(looped: list, ext: dict, zero) -> list[tuple]:
+    """The indices of the looped variables' values where no factor reads only padding."""
+    return [v for v in np.ndindex(*(ext[u] for u in looped))
+            if zero is None or not zero(dict(zip(looped, v, strict=True)))]
+
+
+def _batch_layouts(prefix, free, other):
+    """``(prefix, free)`` as given, then with each batch variable that ``other`` (the
+    other operand's variables) lacks moved into ``free`` at each position: a phased
+    input stores the batch between its rows and columns (``_phased_layout``), so that one
+    product per term covers every image, where at stride 2 one image's rows are short."""
+    yield prefix, free
+    for v in prefix:
+        if v not in other:
+            rest = [u for u in prefix if u is not v]
+            for at in range(len(free) + 1):
+                yield rest, [*free[:at], v, *free[at:]]
+
+
+def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, zero=None):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N), summed
-    over the values of the ``looped`` variables."""
+    over the values of the ``looped`` variables but those where ``zero`` says a factor
+    reads only padding."""
     looped, prefix, m_vars, n_vars, k_vars = layout
     matmul = MATMUL.get() or product_sum
     xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x")
@@ -294,7 +399,8 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
             direct = None
     if swap:
         xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
-    xs, ys = _split_terms(xm, len(looped)), _split_terms(ym, len(looped))
+    kept = _live_terms(looped, ext, zero)
+    xs, ys = _split_terms(xm, looped, kept), _split_terms(ym, looped, kept)
     if direct is not None:
         matmul(xs, ys, out=direct)
         return
@@ -305,12 +411,42 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
     _write(target, out_vars, result, rvars, accumulate)
 
 
-def _split_terms(m: np.ndarray, looped: int):
+def _split_terms(m: np.ndarray, looped: list, kept: list):
     """``m`` itself, or with ``looped`` leading dimensions the list of its matrices'
-    stacks, one per term."""
-    if not looped:
-        return m
-    return [m[index] for index in np.ndindex(*m.shape[:looped])]
+    stacks at the ``kept`` indices, one per term."""
+    return [m[index] for index in kept] if looped else m
+
+
+class _PaddingReads:
+    """``zero(offsets)``: True when, with each variable given at ``offsets`` from the
+    start of its range (the others over their ranges), some unphased factor of piece ``p``
+    reads only outside its tensor, i.e. padding (``contraction.phase_split``'s extra kernel
+    offsets). Equal for one piece and ranges (a key of ``_LOOPED``)."""
+
+    def __init__(self, p: Piece, ranges: dict):
+        self.p, self.ranges = p, ranges
+        self.key = (id(p), tuple(ranges.items()))
+
+    def __hash__(self):
+        return hash(self.key)
+
+    def __eq__(self, other):
+        return isinstance(other, _PaddingReads) and self.key == other.key and self.p is other.p
+
+    def __call__(self, offsets: dict) -> bool:
+        for f in self.p.factors:
+            if f.phases:
+                continue
+            for (coeffs, c), n in zip(f.index, f.tensor.shape, strict=True):
+                lo = hi = c
+                for v, cv in coeffs:
+                    a, b = self.ranges[v]
+                    if v in offsets:
+                        a = b = a + offsets[v]
+                    lo, hi = lo + min(cv * a, cv * b), hi + max(cv * a, cv * b)
+                if hi < 0 or lo > n - 1:
+                    return True
+        return False
 
 
 def _matrix_view(a, vs, prefix, rows, cols, ext):

@@ -39,8 +39,13 @@ AffineIndex = tuple[tuple[tuple[Var, int], ...], int]  # ((var, coeff), ...), co
 
 @dataclass(frozen=True)
 class Factor:
+    """A read ``tensor[index]``; with ``phases``, of the tensor's phase planes (see
+    ``phase_split``): ``index`` then starts with one form per phase and reads the phased
+    dims as their plane index ``q``."""
+
     tensor: Tensor
     index: tuple[AffineIndex, ...]
+    phases: tuple[tuple[int, int, int], ...] = ()  # (dim, S, offset): dim = S*q + a + offset
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,8 @@ def _piece(s: Split) -> Piece | None:
         ranges=tuple((v, lo, hi) for v, (lo, hi) in ranges.items()),
         out_index=tuple(_freeze(f) for f in s.out_index),
     )
-    return replace(piece, widen=widening(piece, {v: tuple(r) for v, r in ranges.items()}))
+    piece = phase_split(piece)
+    return replace(piece, widen=widening(piece, {v: (lo, hi) for v, lo, hi in piece.ranges}))
 
 
 def _freeze(form) -> AffineIndex:
@@ -237,6 +243,106 @@ def _apply_condition(cond: Expr, ranges: dict, factors: list) -> bool:
             if ic == neg and ik + k >= tensor.shape[m] - 1:  # f_m <= ik + k
                 return True
     raise _NoMatch
+
+
+# phase splitting -------------------------------------------------------------------------
+
+MIN_TERM_DEPTH = 16  # the least K of each product of a looped reduction (numpy_kernels)
+
+
+def phase_split(p: Piece) -> Piece:
+    """A strided convolution's input read ``X[..., S*h + r, S*w + s]`` as a read of its
+    phase planes, so that each kernel offset reads a unit-stride shifted view.
+
+    Math: write the reduced ``r = S*r' + a + lo_r`` with ``a`` in ``[0, S)``. Then
+    ``S*h + r + k = S*(h + r' + (a0 + k) // S) + ...``: the index is ``S*q + a + o`` with
+    ``q = h + r' + K`` affine with unit coefficients and ``o = (lo_r + k) mod S``, so plane
+    ``a`` (the elements ``S*q + a + o``, a strided copy of ``X``) is read at ``q``. The new
+    ranges of ``(r', a)`` cover ``S * ceil(ext(r) / S)`` values: more than ``r``'s when
+    ``S`` does not divide its extent. Those extra values must give zero: another factor
+    reads ``r`` alone and ends at its last element (the weight ``W[k, c, r, s]``), so its
+    zero padding cancels them (and ``numpy_kernels`` skips products that read only it).
+
+    Applied to a factor index ``S*v + ... + r`` (``S >= 2`` the gcd of the coefficients
+    besides ``r``'s, which is 1) when the reduced variables left unsplit are at least
+    ``MIN_TERM_DEPTH`` deep: the split offsets then run as a looped reduction over shifted
+    views (``numpy_kernels._looped``) instead of an im2col copy of ``X`` at stride ``S``."""
+    ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
+    for k in range(len(p.factors)):
+        plan = _phase_plan(p, k, ranges)
+        if not plan:
+            continue
+        split = {r for _, _, r in plan}
+        if math.prod(hi - lo + 1 for v, (lo, hi) in ranges.items()
+                     if v in p.red_vars and v not in split) < MIN_TERM_DEPTH:
+            return p
+        return _apply_phases(p, k, plan, ranges)
+    return p
+
+
+def _phase_plan(p: Piece, k: int, ranges: dict) -> list[tuple[int, int, Var]]:
+    """``(dim, S, r)`` for each index of factor ``k`` that a split of reduced ``r`` makes
+    a phase-plane read."""
+    f = p.factors[k]
+    plan, seen = [], set()
+    for m, (coeffs, _) in enumerate(f.index):
+        units = [v for v, c in coeffs if c == 1 and v in p.red_vars]
+        if len(units) != 1:
+            continue
+        r = units[0]
+        others = [c for v, c in coeffs if v is not r]
+        step = math.gcd(*others) if others else 0
+        lo, hi = ranges[r]
+        uses = sum(r in dict(c) for c, _ in f.index)
+        if step < 2 or hi == lo or r in seen or uses != 1:
+            continue
+        if (hi - lo + 1) % step and not _cancelled(p, k, r, hi):
+            continue
+        plan.append((m, step, r))
+        seen.add(r)
+    return plan
+
+
+def _cancelled(p: Piece, k: int, r: Var, hi: int) -> bool:
+    """True when a factor other than ``k`` reads ``r`` alone at an index that ends at its
+    last element, so that values of ``r`` beyond ``hi`` read its zero padding."""
+    return any(j != k and coeffs == ((r, 1),) and c + hi == g.tensor.shape[m] - 1
+               for j, g in enumerate(p.factors) for m, (coeffs, c) in enumerate(g.index))
+
+
+def _apply_phases(p: Piece, k: int, plan, ranges: dict) -> Piece:
+    subst, ranges = {}, dict(ranges)
+    for _, step, r in plan:
+        lo, hi = ranges.pop(r)
+        q = Var.fresh(f"{r.name}q", 0, -(-(hi - lo + 1) // step))
+        a = Var.fresh(f"{r.name}a", 0, step)
+        subst[r] = (q, a, step, lo)
+        ranges[q], ranges[a] = (0, q.extent - 1), (0, step - 1)
+
+    def rewrite(form: AffineIndex) -> AffineIndex:
+        coeffs, c = dict(form[0]), form[1]
+        for r, (q, a, step, lo) in subst.items():
+            if r in coeffs:
+                cr = coeffs.pop(r)
+                coeffs[q], coeffs[a] = coeffs.get(q, 0) + cr * step, coeffs.get(a, 0) + cr
+                c += cr * lo
+        return _freeze((coeffs, c))
+
+    factors = [replace(f, index=tuple(rewrite(form) for form in f.index)) for f in p.factors]
+    phased, phase_forms, phases = list(factors[k].index), [], []
+    for m, step, r in plan:
+        q, a, _, _ = subst[r]
+        coeffs, c = dict(phased[m][0]), phased[m][1]
+        del coeffs[a]
+        phased[m] = _freeze(({v: cv // step for v, cv in coeffs.items()}, c // step))
+        phase_forms.append(_freeze(({a: 1}, 0)))
+        phases.append((m, step, c % step))
+    factors[k] = replace(factors[k], index=(*phase_forms, *phased), phases=tuple(phases))
+    red = []
+    for v in p.red_vars:
+        red.extend(subst[v][:2] if v in subst else (v,))
+    return replace(p, factors=tuple(factors), red_vars=tuple(red),
+                   ranges=tuple((v, lo, hi) for v, (lo, hi) in ranges.items()))
 
 
 # row widening ----------------------------------------------------------------------------

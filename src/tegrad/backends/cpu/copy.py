@@ -16,7 +16,9 @@ import numpy as np
 _HELPER = r"""
 #include <string.h>
 #include <stdint.h>
+#include <omp.h>
 #define TILE 32
+#define MAX_DIMS 64
 
 /* the byte offsets in dst and src of row-major index f over the first k dimensions */
 static inline void offsets(long f, int k, const long *shape, const long *ds, const long *ss,
@@ -61,21 +63,38 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
   }
   long outer = 1;
   for (int d = 0; d < ndim - 1; d++) outer *= shape[d];
-  #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
-  for (long f = 0; f < outer; f++) {
-    long doff, soff;
-    offsets(f, ndim - 1, shape, ds, ss, &doff, &soff);
-    char *dp = dst + doff;
-    const char *sp = src + soff;
-    if (dl == size && sl == size) { memcpy(dp, sp, n * size); continue; }
-    if (size == 4)
-      for (long i = 0; i < n; i++)
-        *(uint32_t *)(dp + i * dl) = *(const uint32_t *)(sp + i * sl);
-    else if (size == 8)
-      for (long i = 0; i < n; i++)
-        *(uint64_t *)(dp + i * dl) = *(const uint64_t *)(sp + i * sl);
-    else
-      for (long i = 0; i < n; i++) memcpy(dp + i * dl, sp + i * sl, size);
+  int k = ndim - 1;
+  #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
+  {
+    int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    long lo = outer * t / threads, hi = outer * (t + 1) / threads, doff, soff;
+    long index[MAX_DIMS], rest = lo;
+    for (int d = k - 1; d >= 0; d--) { index[d] = rest % shape[d]; rest /= shape[d]; }
+    offsets(lo, k, shape, ds, ss, &doff, &soff);
+    for (long f = lo; f < hi; f++) {
+      char *dp = dst + doff;
+      const char *sp = src + soff;
+      if (dl == size && sl == size) memcpy(dp, sp, n * size);
+      else if (size == 4 && dl == 4 && sl == 8)  /* a stride-2 read: vectorized */
+        for (long i = 0; i < n; i++) ((uint32_t *)dp)[i] = ((const uint32_t *)sp)[2 * i];
+      else if (size == 4)
+        for (long i = 0; i < n; i++)
+          *(uint32_t *)(dp + i * dl) = *(const uint32_t *)(sp + i * sl);
+      else if (size == 8)
+        for (long i = 0; i < n; i++)
+          *(uint64_t *)(dp + i * dl) = *(const uint64_t *)(sp + i * sl);
+      else
+        for (long i = 0; i < n; i++) memcpy(dp + i * dl, sp + i * sl, size);
+      /* the next row: an odometer over the outer dims, no division */
+      for (int d = k - 1; d >= 0; d--) {
+        doff += ds[d];
+        soff += ss[d];
+        if (++index[d] < shape[d]) break;
+        doff -= shape[d] * ds[d];
+        soff -= shape[d] * ss[d];
+        index[d] = 0;
+      }
+    }
   }
 }
 """
@@ -97,7 +116,9 @@ class CopyCall:
     ``MIN_TRANSPOSE``) runs on one thread."""
 
     def __init__(self, dst: np.ndarray, src: np.ndarray):
-        dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]
+        dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]  # <= MAX_DIMS
+        # outer dims in the destination's memory order: its writes then move forward
+        dims = sorted(dims[:-1], key=lambda k: -abs(dst.strides[k])) + dims[-1:]
         self.ndim = len(dims)
         self.shape = np.array([dst.shape[k] for k in dims], np.int64)
         self.ds = np.array([dst.strides[k] for k in dims], np.int64)

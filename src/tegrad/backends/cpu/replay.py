@@ -50,7 +50,7 @@ from . import copy as copies
 from . import gemm
 from .buffers import BufferPool
 
-MAX_OWNED_BYTES = 1 << 22  # a larger workspace is not copied: such products are slow anyway
+MAX_OWNED_BYTES = 1 << 25  # a larger workspace is not kept (a recipe holds its own copy)
 MAX_LAYOUTS = 16  # recordings kept per contraction; further layouts take the general path
 
 
@@ -200,12 +200,17 @@ class _Recipe:
         self.snapshots = [root.view(np.uint8).reshape(-1)[: recorder.used.get(j, 0)].copy()
                           for j, root in enumerate(recorder.owned)]
         self.local = threading.local()
+        self.lock = threading.Lock()
+        self.taken = False  # the first thread to replay uses the snapshots themselves
 
     def run(self, inputs: list[np.ndarray], out: np.ndarray, threads: int) -> np.ndarray:
         owned = getattr(self.local, "addresses", None)
         if owned is None:  # this thread's copies of the owned buffers
-            self.local.arrays = [s.copy() for s in self.snapshots]
-            owned = self.local.addresses = [a.ctypes.data for a in self.local.arrays]
+            with self.lock:  # (the bytes the calls write are rewritten before each read)
+                first, self.taken = not self.taken, True
+                arrays = self.snapshots if first else [s.copy() for s in self.snapshots]
+            self.local.arrays = arrays
+            owned = self.local.addresses = [a.ctypes.data for a in arrays]
         if not self.covers:
             out.fill(0)
         bases = [*map(data_address, inputs), data_address(out), *owned]
