@@ -207,6 +207,27 @@ def test_a_branch_with_a_small_window_is_a_ternary():
     np.testing.assert_allclose(f(x), np.where(x[:, :20] > 0, pairs, 0), rtol=1e-6)
 
 
+def test_max_pool_gradient_runs_window_by_window():
+    """``dX[i, j]`` reads the window's maximum, tie count and gradient at ``[i // 2, j //
+    2]``: run by residue classes (``i = 2 q + a``, ``a`` unrolled), the three are computed
+    once per window in the gradient's one kernel, which holds its comparisons as ints."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 3, 8, 10), "float32", "X")
+    Y = tg.nn.max_pool2d(X, 2, 2)
+    H = tg.placeholder(Y.shape, "float32", "H")
+    f = tg.build([X, H], tg.gradient(Y, [X], H), target="cpu")
+    assert len(f.program.plan.kernels) == 1
+    text = f.program.steps[-1].src.text
+    assert text.count("(-INFINITY)") == 1 and text.count(" = (float)0x0.0p+0;") == 1
+    assert text.count("a0[") == 4 and "uint8_t" not in text
+    rng = np.random.default_rng(3)
+    x, h = (rng.standard_normal(t.shape).astype(np.float32) for t in (X, H))
+    tx = torch.tensor(x, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.nn.functional.max_pool2d(tx, 2, 2), [tx],
+                                  torch.tensor(h))
+    np.testing.assert_allclose(f(x, h)[0], want.numpy(), rtol=1e-6)
+
+
 def test_bad_gather_index_raises():
     E = tg.placeholder((5, 3), "float64", "E")
     idx = tg.placeholder((4,), "int64", "idx")

@@ -47,6 +47,7 @@ from ..ir.traverse import (
 )
 from .contraction import Contraction
 from .plan import Fused, Kernel, Plan
+from .residue import unrolled_axes, unrolled_bodies
 
 MAX_RATIO = 2.0
 CHEAP_NODES = 6
@@ -149,7 +150,9 @@ def _site_evaluations(consumer: Compute, producer: Compute) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
     read computed once per iteration of the loops down to its innermost variable, over the
     values those loops take under the ``select`` guards around it (a read of one gate in a
-    concatenation of four runs on a quarter of the columns)."""
+    concatenation of four runs on a quarter of the columns). A consumer run by residue
+    classes (``residue.unrolled_axes``) evaluates what its bodies share once: a max pool's
+    gradient reads the window's maximum once per window."""
     total = 0
     seen, placed = set(), set()
 
@@ -175,7 +178,13 @@ def _site_evaluations(consumer: Compute, producer: Compute) -> int:
         for c in children(e):
             go(c, inner, ranges)
 
-    go(consumer.body, tuple(consumer.axes), {})
+    residues = unrolled_axes(consumer.body, consumer.axes) if len(consumer.axes) > 1 else {}
+    if residues:  # the compiled kernel's loops and bodies (codegen._residue_nest)
+        loop, bodies = unrolled_bodies(consumer.body, consumer.axes, residues)
+        for _, body in bodies:
+            go(body, tuple(loop), {})
+    else:
+        go(consumer.body, tuple(consumer.axes), {})
     return total
 
 

@@ -43,6 +43,40 @@ from ..ir.expr import Binary, Const, Expr, Select, Unary, Var, const
 from ..ir.traverse import free_vars, substitute, transform, walk
 
 MAX_PIECES = 64
+MAX_UNROLLED = 16  # residue classes a compiled kernel unrolls in its loop body
+
+
+def unrolled_axes(body: Expr, axes: Sequence[Var]) -> dict[Var, int]:
+    """The output axes that a compiled kernel runs by residue class (``codegen``), with
+    their split factors: those used under a constant ``//`` or ``%`` whose factor divides
+    their range, at most ``MAX_UNROLLED`` classes in all. A max pool's gradient reads
+    ``Y[i // 2, j // 2]``: with ``i = 2 q + a`` and ``a`` unrolled, the window's maximum
+    is read (or computed, once inlined) once per window instead of once per element."""
+    need = divisors([body], axes)
+    if (not need or any(v.extent % n or v.lo % n for v, n in need.items())
+            or math.prod(need.values()) > MAX_UNROLLED):
+        return {}
+    return need
+
+
+def unrolled_bodies(body: Expr, axes: Sequence[Var], need: dict[Var, int]):
+    """``(loop axes, [(index forms of the axes, body)])`` for ``unrolled_axes``: each
+    split axis ``v`` becomes ``q`` over ``v / n`` values, and there is one body per
+    combination of residues ``a`` (``v = n q + a`` substituted, divisions simplified).
+    Equal sub-expressions of the bodies are the same nodes (the window's maximum)."""
+    loop, quotient = [], {}
+    for v in axes:
+        if v in need:
+            quotient[v] = Var.fresh(f"{v.name}.q", v.lo // need[v], v.extent // need[v])
+        loop.append(quotient.get(v, v))
+    bodies = []
+    for residues in _product([range(need[v]) for v in need]):
+        forms = dict(zip(need, residues, strict=True))
+        mapping = {v: build({quotient[v]: need[v]}, a, v.dtype) for v, a in forms.items()}
+        index = tuple(({quotient[v]: need[v]}, forms[v]) if v in forms else ({v: 1}, 0)
+                      for v in axes)
+        bodies.append((index, normalize(substitute(body, mapping))))
+    return loop, bodies
 
 
 @dataclass(frozen=True)

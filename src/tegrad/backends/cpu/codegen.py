@@ -44,9 +44,10 @@ from ...ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, V
 from ...ir.tensor import Compute
 from ...ir.traverse import free_vars, tensors_read, walk
 from ...lower.cost import reduction_width
+from ...lower.residue import unrolled_axes, unrolled_bodies
 from . import c_ops
 from .blocks import Block, Gather
-from .c_ops import CTYPE
+from .c_ops import CTYPE, LOCAL_CTYPE
 from .kernel_facts import (
     column_order,
     eager,
@@ -172,8 +173,9 @@ class KernelSource(ReductionEmitter):
             head.append(f"  const long {name} = {value};")
         return Block(frozenset(axes), head=head, loop=True)
 
-    def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
-        """Output axes outermost, in order; the body evaluated at each point."""
+    def _row_loops(self, axes, shape, parallel: bool) -> list[Block]:
+        """The loops over ``axes``: the leading ones merged (until there are
+        ``THREAD_CHUNKS`` iterations to share out), the rest nested."""
         merged = 0
         if shape:
             merged, count = 1, shape[0]
@@ -187,7 +189,17 @@ class KernelSource(ReductionEmitter):
                 name = self.bind(v, "i")
                 # int, not long: gcc vectorizes gathers (x[i / 2]) only with int indices
                 blocks.append(Block(frozenset((v,)), head=[
-                    f"for (int {name} = 0; {name} < {n}; {name}++) {{"], loop=True))
+                    f"for (int {name} = {v.lo}; {name} < {v.lo + n}; {name}++) {{"],
+                    loop=True))
+        return blocks
+
+    def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
+        """Output axes outermost, in order; the body evaluated at each point."""
+        residues = unrolled_axes(body, axes) if len(axes) > 1 else {}
+        if residues:
+            self._residue_nest(body, axes, shape, parallel, residues)
+            return
+        blocks = self._row_loops(axes, shape, parallel)
         split = regions(body, axes[-1], shape[-1]) if len(blocks) > 1 else None
         if split:
             self._region_loops(body, axes, shape, blocks[:-1], split)
@@ -203,6 +215,22 @@ class KernelSource(ReductionEmitter):
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
+
+    def _residue_nest(self, body: Expr, axes, shape, parallel: bool, residues: dict) -> None:
+        """Axes used under ``// n`` (``lower.residue.unrolled_axes``) looped over their
+        quotients ``q``, the body written out once per combination of residues ``a``
+        (``v = n q + a``) in the innermost loop: what the copies share (a pooling window's
+        maximum, its gradient's value) is computed once per window."""
+        loop, bodies = unrolled_bodies(body, axes, residues)
+        blocks = self._row_loops(loop, [v.extent for v in loop], parallel)
+        self.stack.extend(blocks)
+        for index, part in bodies:
+            value = self.value(part)
+            flat = " + ".join(
+                f"({' + '.join(f'{c}L * {self.var(v)}' for v, c in coeffs.items())} + {k}L)"
+                f" * {math.prod(shape[m + 1:])}L" for m, (coeffs, k) in enumerate(index))
+            self.stack[-1].items.append(f"a0[{flat}] = {value};")
+        self._close(blocks)
 
     def _region_loops(self, body: Expr, axes, shape, outer: list, split: list) -> None:
         """The last axis as one loop per range of ``kernel_facts.regions``, each over the
@@ -235,7 +263,7 @@ class KernelSource(ReductionEmitter):
             home = next((b for b in reversed(blocks) if b.binds & fv), self.root)
             if twin not in self.cache_read:
                 buffer = self.fresh("row")
-                home.items.insert(0, f"{CTYPE[e.dtype]} {buffer}[{shape[-1]}];")
+                home.items.insert(0, f"{LOCAL_CTYPE[e.dtype]} {buffer}[{shape[-1]}];")
                 self.cache_read[twin] = (buffer, axes[-1])
                 homes[buffer] = home
             buffer = self.cache_read[twin][0]
@@ -252,7 +280,7 @@ class KernelSource(ReductionEmitter):
         chunks = -(-n // COLUMN_CHUNK)
         outer = self._merged_loop(axes[:-1], shape[:-1], parallel, chunks)
         outer.head.append(f"  const long cn = tg_imin({COLUMN_CHUNK}L, {n}L - cs);")
-        ctype = CTYPE[body.dtype]
+        ctype = LOCAL_CTYPE[body.dtype]
         identity = c_ops.literal(body.combiner.identity_value(body.dtype), body.dtype)
         outer.items.append(f"{ctype} cacc[{COLUMN_CHUNK}];")
         outer.items.append(f"for (long j = 0; j < {COLUMN_CHUNK}; j++) cacc[j] = {identity};")
@@ -334,7 +362,7 @@ class KernelSource(ReductionEmitter):
 
     def emit(self, e: Expr, code: str) -> str:
         name = self.fresh()
-        self.stack[-1].items.append(f"const {CTYPE[e.dtype]} {name} = {code};")
+        self.stack[-1].items.append(f"const {LOCAL_CTYPE[e.dtype]} {name} = {code};")
         return name
 
     def expression(self, e: Expr) -> str:
@@ -375,7 +403,7 @@ class KernelSource(ReductionEmitter):
         if self.unguarded(e.a) and self.unguarded(e.b):
             return self.emit(e, f"({cond} ? {self.value(e.a)} : {self.value(e.b)})")
         name = self.fresh()
-        ctype = CTYPE[e.dtype]
+        ctype = LOCAL_CTYPE[e.dtype]
         here = self.stack[-1]
         if isinstance(e.b, Const):
             here.items.append(f"{ctype} {name} = {self.value(e.b)};")

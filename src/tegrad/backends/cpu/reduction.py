@@ -26,7 +26,7 @@ from ...ir.traverse import free_vars, substitute, walk
 from ...ir.verify import split_conjunction
 from . import c_ops
 from .blocks import Block
-from .c_ops import CTYPE
+from .c_ops import LOCAL_CTYPE
 from .kernel_facts import eager, reads_in_bounds
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
@@ -45,13 +45,13 @@ class ReductionEmitter:
     def reduce(self, e: Reduce) -> str:
         kind = e.combiner.kind
         here = self.stack[-1]
-        ctype = CTYPE[e.dtype]
+        ctype = LOCAL_CTYPE[e.dtype]
         acc = self.fresh("acc")
         shadowed = {a: self.vars.get(a) for a in e.axes}  # a nested reduction may reuse an axis
         names = {a: self.bind(a, "r") for a in e.axes}
         bounds, rest = self.loop_bounds(e, names)
         if kind in ("argmax", "argmin"):
-            src_type = CTYPE[e.source.dtype]
+            src_type = LOCAL_CTYPE[e.source.dtype]
             start = e.axes[0].lo if len(e.axes) == 1 else 0
             here.items.append(f"{ctype} {acc} = {start}; {src_type} {acc}_best = 0; "
                               f"int {acc}_found = 0;")
@@ -205,7 +205,7 @@ class ReductionEmitter:
 
     def declare(self, e: Reduce, acc: str, block: Block) -> None:
         identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
-        block.items.append(f"{CTYPE[e.dtype]} {acc} = {identity};")
+        block.items.append(f"{LOCAL_CTYPE[e.dtype]} {acc} = {identity};")
         if _nan_flagged(e):
             block.items.append(f"int {acc}_nan = 0;")
 
