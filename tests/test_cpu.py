@@ -228,6 +228,46 @@ def test_max_pool_gradient_runs_window_by_window():
     np.testing.assert_allclose(f(x, h)[0], want.numpy(), rtol=1e-6)
 
 
+def test_a_kernel_read_at_its_own_point_joins_its_reader():
+    """A layer norm's row mean is read by its variance at the same row and by the weight
+    gradient elsewhere, so fusion keeps it; grouping computes it in the variance's loop
+    and stores both. Its output and input gradient share inputs only: left apart."""
+    X = tg.placeholder((64, 96), "float64", "X")
+    W, B = tg.placeholder((96,), "float64", "W"), tg.placeholder((96,), "float64", "B")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    outputs = [Y, *tg.gradient(Y, [X, W, B], H)]
+    f = tg.build([X, W, B, H], outputs, target="cpu")
+    name = Y.name  # (made unique among the tensors built so far)
+    kernels = {k.tensor.name: k for k in f.program.plan.kernels}
+    assert f"{name}.mean" not in kernels, f.program.plan.describe()
+    assert [t.name for t, _ in kernels[f"{name}.var"].detail.also] == [f"{name}.mean"]
+    assert name in kernels and not getattr(kernels[f"{name}.grad.X"].detail, "also", ())
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(t.shape) for t in (X, W, B, H)]
+    want = tg.build([X, W, B, H], outputs, target="numpy")(*arrays)
+    for got, w in zip(f(*arrays), want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
+def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
+    ps = [tg.placeholder(s, "float64", n) for s, n in
+          (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),
+           ((32, 8), "w_hh"), ((32,), "b_ih"), ((32,), "b_hh"))]
+    out, h, c = tg.nn.lstm(*ps)
+    f = tg.build(ps, [out, h, c], target="cpu")
+    (scan,) = [s for s in f.program.steps if isinstance(s, type(f.program))]
+    grouped = [k for k in scan.plan.kernels if getattr(k.detail, "also", ())]
+    assert [(k.tensor.name.split(".", 1)[1], [t.name.split(".", 1)[1] for t, _ in
+                                              k.detail.also]) for k in grouped] == [
+        ("h_new.step", ["c_new.step"])]
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(p.shape) for p in ps]
+    for got, w in zip(f(*arrays), tg.build(ps, [out, h, c], target="numpy")(*arrays),
+                      strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
 def test_bad_gather_index_raises():
     E = tg.placeholder((5, 3), "float64", "E")
     idx = tg.placeholder((4,), "int64", "idx")

@@ -41,8 +41,9 @@ def dead_after(plan: Plan) -> list[list]:
             made.update(kernel.detail.outputs)
         else:
             body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
-            reads = tensors_read(body_of.body)
-            made.add(kernel.tensor)
+            also = getattr(kernel.detail, "also", ())  # tensors its loops also write
+            reads = [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]
+            made.update([kernel.tensor, *(t for t, _ in also)])
         for t in reads:
             last[t] = k
     keep = set(plan.outputs)

@@ -80,7 +80,7 @@ def fuse(p: Plan) -> Plan:
             continue
         source = bodies[producer]
         for c in consumers:
-            body = _inline(bodies[c].body, producer, source)
+            body = inline(bodies[c].body, producer, source)
             bodies[c] = make_compute(bodies[c].shape, bodies[c].axes, body, bodies[c].name)
         inlined.add(producer)
     kernels = []
@@ -112,7 +112,8 @@ def worth_blas(c: Contraction) -> bool:
     return False
 
 
-def _inline(body: Expr, producer: Compute, source: Compute) -> Expr:
+def inline(body: Expr, producer: Compute, source: Compute) -> Expr:
+    """``body`` with every read of ``producer`` replaced by ``source``'s body there."""
     def replace(e: Expr) -> Expr | None:
         if isinstance(e, Read) and e.tensor is producer:
             inlined = _fresh_reductions(source.body, free_vars(e))

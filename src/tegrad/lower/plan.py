@@ -48,13 +48,19 @@ class Plan:
 @dataclass(frozen=True)
 class Fused:
     """A general kernel evaluating ``body_of`` (the compute with its contractions and
-    scatters read from the ``parts`` computed before it; ``extract.py``)."""
+    scatters read from the ``parts`` computed before it; ``extract.py``); ``also``: more
+    tensors of the same shape that its loops write, each ``(tensor, body over body_of's
+    axes)`` (``backends/cpu/grouping.py``)."""
 
     body_of: Compute
     parts: tuple[Compute, ...]
+    also: tuple = ()
 
     def describe(self) -> str:
-        return "reads " + ", ".join(p.name for p in self.parts)
+        said = [f"reads {', '.join(p.name for p in self.parts)}"] if self.parts else []
+        if self.also:
+            said.append(f"also writes {', '.join(t.name for t, _ in self.also)}")
+        return "; ".join(said)
 
 
 def _kernel_form(t: Compute):

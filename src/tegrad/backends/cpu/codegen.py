@@ -68,11 +68,12 @@ COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 class KernelSource(ReductionEmitter):
     """The C function ``name`` computing ``t`` (its body: ``body_of``'s)."""
 
-    def __init__(self, t: Compute, body_of: Compute, name: str):
+    def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple = ()):
         self.tensor = t
         self.name = name
-        self.args: list = [t]  # out first, then every tensor read
-        for r in tensors_read(body_of.body):
+        self.also = also  # (tensor, body over body_of's axes): also written (grouping.py)
+        self.args: list = [t, *(u for u, _ in also)]  # outputs first, then each tensor read
+        for r in [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]:
             if r not in self.args:
                 self.args.append(r)
         self.gathers: list[Gather] = []
@@ -118,7 +119,7 @@ class KernelSource(ReductionEmitter):
         t = self.tensor
         header = []
         for k, a in enumerate(self.args):
-            const = "" if k == 0 else "const "
+            const = "" if k <= len(self.also) else "const "
             header.append(f"{const}{CTYPE[a.dtype]} *restrict a{k} = "
                           f"({const}{CTYPE[a.dtype]} *)args[{k}];")
         shape = t.shape
@@ -211,6 +212,9 @@ class KernelSource(ReductionEmitter):
         flat = " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
                           for k, v in enumerate(axes)) or "0"
         self.stack[-1].items.append(f"a0[{flat}] = {value};")
+        for tensor, other in self.also:  # the same point of the grouped kernels' arrays
+            other = unshadow(other, frozenset(axes))
+            self.stack[-1].items.append(f"{self.arg(tensor)}[{flat}] = {self.value(other)};")
         innermost = self.stack[-1]
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:

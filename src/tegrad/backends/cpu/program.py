@@ -28,6 +28,7 @@ from .codegen import KernelSource
 from .compiler import bind, load
 from .copy import copy
 from .gemm import matmul, one_blas_thread
+from .grouping import group
 from .replay import ReplayedContraction, data_address
 
 
@@ -50,7 +51,8 @@ class _Unit:
 
     def add(self, kernel) -> KernelSource:
         body_of = getattr(kernel.detail, "body_of", kernel.tensor)
-        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}")
+        also = getattr(kernel.detail, "also", ())
+        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}", also)
         self.sources.append(src)
         return src
 
@@ -72,8 +74,9 @@ class _Compiled:
         t = src.tensor
         self.shape, self.dtype, self.dtype_name = t.shape, np.dtype(t.dtype), t.dtype
         self.pooled = math.prod(t.shape) * self.dtype.itemsize >= MIN_BYTES
+        self.also = [(u, u.shape, u.dtype) for u, _ in src.also]  # written too: grouping.py
         self.reads = []
-        for a in src.args[1:]:
+        for a in src.args[1 + len(self.also):]:
             dtype = np.dtype(a.dtype)
             self.reads.append((a, dtype, _c_strides(a.shape, dtype.itemsize)))
         self.pointers = ctypes.c_void_p * len(src.args)
@@ -90,6 +93,9 @@ class _Compiled:
         else:
             out = np.empty(self.shape, self.dtype)
         held = [out]
+        for u, shape, dtype in self.also:
+            arrays[u] = pool.take(shape, dtype) if pool is not None else np.empty(shape, dtype)
+            held.append(arrays[u])
         for a, dtype, strides in self.reads:
             arr = arrays[a]
             if (type(arr) is not np.ndarray or arr.dtype is not dtype
@@ -127,7 +133,7 @@ def _copy(dst, src):
 
 class CpuProgram:
     def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
-        self.plan = fuse(plan)
+        self.plan = group(fuse(plan))
         self.inputs = inputs
         self.dead_after = dead_after(self.plan)
         top = self.top = unit is None
