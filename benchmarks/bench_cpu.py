@@ -138,7 +138,9 @@ def first_call_child(name: str, args) -> dict:
     forward+backward program, its first call and (for comparison) its second. The
     process's one-time costs come first and apart (``setup_ms``): building and running
     a one-line program imports the target's modules (compiling their sources where
-    ``PYTHONDONTWRITEBYTECODE`` is set) and asks the compiler's version."""
+    ``PYTHONDONTWRITEBYTECODE`` is set), asks the compiler's version and, with an empty
+    cache, builds the product and copy helpers (once per cache, alongside the first
+    program's kernels)."""
     case = next(c for c in bench_cpu_cases.cases(args.quick) if c.name == name)
     t_setup = time.perf_counter()
     target_available(args.target)

@@ -318,12 +318,25 @@ def test_second_process_loads_from_the_disk_cache(tmp_path):
     cold = subprocess.run([sys.executable, str(script), "cold"], env=env, capture_output=True,
                           text=True, check=True)
     libraries = sorted((tmp_path / "cpu").glob("*.so"))
-    assert len(libraries) == 1
+    assert len(libraries) == 3  # the program's kernels, the product and the copy helpers
     warm = subprocess.run([sys.executable, str(script), "warm"], env=env, capture_output=True,
                           text=True, check=False)
     assert warm.returncode == 0, warm.stderr
     assert warm.stdout == cold.stdout
     assert sorted((tmp_path / "cpu").glob("*.so")) == libraries
+
+
+def test_kernels_are_dealt_into_balanced_translation_units():
+    from tegrad.backends.cpu.compiler import split_units
+
+    functions = ["void a(){}" * 4, "void b(){}" * 2, "void c(){}" * 2, "void d(){}"]
+    units = split_units("/*p*/", functions, 2)
+    assert len(units) == 2 and all(u.startswith("/*p*/") for u in units)
+    assert sorted(f for u in units for f in u.split("\n\n")[1:]) == sorted(functions)
+    # longest first, each to the lighter unit: 40 (+ 10), against 20 + 20
+    assert [u.split("\n\n")[1:] for u in units] == [[functions[0], functions[3]],
+                                                     functions[1:3]]
+    assert split_units("/*p*/", functions[:1], 8) == ["/*p*/\n\n" + functions[0]]
 
 
 def test_without_a_compiler_none_falls_back_and_cpu_refuses(monkeypatch):

@@ -102,7 +102,8 @@ MIN_ELEMENTS = 1 << 16  # smaller copies stay with NumPy
 MIN_TRANSPOSE = 1 << 14  # a transpose costs more per element: split from this size on
 
 @cache
-def _helper():
+def helper():
+    """``tg_copy``, compiled (or loaded from the disk cache)."""
     from .compiler import bind, load
 
     return bind(load(_HELPER), "tg_copy",
@@ -129,7 +130,7 @@ class CopyCall:
         self.parallel = dst.size >= (MIN_TRANSPOSE if transpose else MIN_ELEMENTS)
 
     def run(self, dst: int, src: int, threads: int) -> None:
-        _helper()(dst, src, self.ndim, *self.addresses, self.itemsize,
+        helper()(dst, src, self.ndim, *self.addresses, self.itemsize,
                   threads if self.parallel else 1)
 
 

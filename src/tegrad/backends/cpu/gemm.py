@@ -226,6 +226,12 @@ def _offset(x: np.ndarray, first: np.ndarray, size: int) -> int | None:
     return None if delta % size else delta // size
 
 
+def helper():
+    """``tg_gemm``, compiled (or loaded from the disk cache) when a BLAS was found."""
+    blas = _blas()
+    return blas.helper if blas.found else None
+
+
 def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     """The shape of ``a @ b`` (both at least 2-D)."""
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])

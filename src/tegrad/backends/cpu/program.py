@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -25,11 +26,21 @@ from ..scan_run import run_scan
 from .buffers import MIN_BYTES, BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
-from .compiler import bind, load
+from .compiler import bind, load, split_units
 from .copy import copy
+from .copy import helper as copy_helper
+from .gemm import helper as gemm_helper
 from .gemm import matmul, one_blas_thread
 from .grouping import group
 from .replay import ReplayedContraction, data_address
+
+
+def compile_jobs() -> int:
+    """Concurrent compiler runs: the cores this process may use (at most 8)."""
+    try:
+        return min(8, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return min(8, os.cpu_count() or 1)
 
 
 def num_threads() -> int:
@@ -57,8 +68,22 @@ class _Unit:
         return src
 
     def load(self) -> None:
-        text = "\n\n".join([PRELUDE, *(s.text for s in self.sources)])
-        self.lib = load(text)
+        texts = [s.text for s in self.sources]
+        # the product and copy helpers are built (on a first run: cached after) meanwhile
+        with ThreadPoolExecutor(max_workers=2) as side:
+            helpers = [side.submit(_build_quietly, build) for build in (copy_helper, gemm_helper)]
+            self.lib = load("\n\n".join([PRELUDE, *texts]),
+                            split_units(PRELUDE, texts, compile_jobs()))
+            for job in helpers:
+                job.result()
+
+
+def _build_quietly(build) -> None:
+    """Run ``build``; a failure is left for the first use of what it builds to report."""
+    try:
+        build()
+    except Exception:  # noqa: BLE001 - reported again where the helper is used
+        pass
 
 
 class _Compiled:
