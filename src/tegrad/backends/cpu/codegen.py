@@ -23,6 +23,10 @@ dY[n, d] X[n, d]``) puts the reduce loops outside that axis instead (``_column_n
 part per range of columns) split its loop into one loop per range, each over the body
 with those guards folded (``kernel_facts.regions``).
 
+**Residue classes.** Axes read under ``// n`` (a max pool's gradient reads its window's
+maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
+residue class (``lower/residue.unrolled_axes``): the window's values are shared.
+
 **Guards.** A ``select`` branch whose reads could leave their tensor when the condition
 is false (by interval bounds), or that holds a reduction, is evaluated in an ``if``
 block, and nothing inside that block moves above it: a read is never evaluated outside

@@ -1,9 +1,10 @@
 """``target="cpu"``: a plan run with its general kernels compiled to native code.
 
-The plan is fused first (``lower/fusion.py``), then each general kernel becomes a C
-function (``codegen.py``), all of them (scan steps included) in one shared library
-(``compiler.py``). Contractions stay on BLAS and scatters on the deterministic NumPy
-path (``numpy_kernels.py``); a scan's time loop runs its compiled step program.
+The plan is fused first (``lower/fusion.py``) and grouped (``grouping.py``), then each
+general kernel becomes a C function (``codegen.py``), all of them (scan steps included) in
+one shared library (``compiler.py``). Contractions stay on BLAS and scatters on the
+deterministic NumPy path (``numpy_kernels.py``); a scan's time loop runs its compiled step
+program.
 
 Threads: ``$TEGRAD_NUM_THREADS``, default the cores this process may use.
 """
