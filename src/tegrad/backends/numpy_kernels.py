@@ -266,10 +266,10 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, zero=None):
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
     k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
-    looped, prefix, m_vars, n_vars = _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars,
-                                             ext, zero)
+    looped, kept, prefix, m_vars, n_vars = _looped(x, xv, y, yv, prefix, m_vars, n_vars,
+                                                   k_vars, ext, zero)
     k_vars = [v for v in k_vars if v not in looped]
-    layout = (looped, prefix, m_vars, n_vars, k_vars)
+    layout = (looped, kept, prefix, m_vars, n_vars, k_vars)
     # block along the outermost batch axis so that each laid-out operand stays in cache
     size = max(math.prod(ext[v] for v in (*prefix, *m_vars, *k_vars) if v in xv),
                math.prod(ext[v] for v in (*prefix, *k_vars, *n_vars) if v in yv))
@@ -277,7 +277,7 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, zero=None):
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
     blocks = 1 if lead is None or looped else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
-        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, zero)
+        _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
         return
     step = -(-ext[lead] // blocks)
     for lo in range(0, ext[lead], step):
@@ -287,10 +287,9 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, zero=None):
         sub = {**ext, lead: cut.stop - cut.start}
         if lead in out_vars:
             ts = target[(slice(None),) * out_vars.index(lead) + (cut,)]
-            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate, zero)
+            _gemm(xs, xv, ys, yv, layout, out_vars, ts, sub, scale, accumulate)
         else:
-            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
-                  zero)
+            _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0)
 
 
 _LOOPED: dict = {}  # _looped's choices by operand layout and variables
@@ -311,8 +310,9 @@ def _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
 
 
 def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
-    """``(looped, prefix, m_vars, n_vars)``: the reduced variables to run as a sum of
-    products, one per value (none: ``[]`` and the layout as given).
+    """``(looped, kept, prefix, m_vars, n_vars)``: the reduced variables to run as a sum
+    of products, one per value, and the indices of the values whose products are kept
+    (none: ``[]`` twice and the layout as given).
 
     A convolution's input read ``X[n, c, h + r, w + s]`` is no matrix over ``(c, r, s) x
     (h, w)``: laying it out copies it nine times (im2col). For each fixed ``(r, s)`` it
@@ -325,7 +325,7 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
     the larger operand reads may join its free dimension there (``_batch_layouts``)."""
     sides = sorted([(x, xv, True), (y, yv, False)], key=lambda s: -s[0].size)
     big, bv, left = sides[0]
-    best, unchanged = None, ([], prefix, m_vars, n_vars)
+    best, unchanged = None, ([], [], prefix, m_vars, n_vars)
     if len(k_vars) < 2 or _matrix_view(big, bv, prefix, m_vars if left else n_vars, k_vars,
                                        ext) is not None:
         return unchanged
@@ -338,10 +338,10 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
             for pre, free in _batch_layouts(prefix, m_vars if left else n_vars,
                                             yv if left else xv):
                 if _matrix_view(big, bv, loop + pre, free, rest, ext) is not None:
-                    live = len(_live_terms(loop, ext, zero))
-                    if best is None or (live * depth, live) < best[0]:
+                    kept = _live_terms(loop, ext, zero)
+                    if best is None or (len(kept) * depth, len(kept)) < best[0]:
                         layout = (pre, free, n_vars) if left else (pre, m_vars, free)
-                        best = (live * depth, live), (loop, *layout)
+                        best = (len(kept) * depth, len(kept)), (loop, kept, *layout)
                     break
     return unchanged if best is None else best[1]
 
@@ -365,11 +365,10 @@ def _batch_layouts(prefix, free, other):
                 yield rest, [*free[:at], v, *free[at:]]
 
 
-def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, zero=None):
+def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N), summed
-    over the values of the ``looped`` variables but those where ``zero`` says a factor
-    reads only padding."""
-    looped, prefix, m_vars, n_vars, k_vars = layout
+    over the ``kept`` values of the ``looped`` variables (``_choose_loop``)."""
+    looped, kept, prefix, m_vars, n_vars, k_vars = layout
     matmul = MATMUL.get() or product_sum
     xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x")
     ym = _arrange(y, yv, looped + prefix, k_vars, n_vars, ext, "y")
@@ -399,7 +398,6 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, zero=N
             direct = None
     if swap:
         xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
-    kept = _live_terms(looped, ext, zero)
     xs, ys = _split_terms(xm, looped, kept), _split_terms(ym, looped, kept)
     if direct is not None:
         matmul(xs, ys, out=direct)
