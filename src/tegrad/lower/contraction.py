@@ -255,13 +255,14 @@ def phase_split(p: Piece) -> Piece:
     phase planes, so that each kernel offset reads a unit-stride shifted view.
 
     Math: write the reduced ``r = S*r' + a + lo_r`` with ``a`` in ``[0, S)``. Then
-    ``S*h + r + k = S*(h + r' + (a0 + k) // S) + ...``: the index is ``S*q + a + o`` with
-    ``q = h + r' + K`` affine with unit coefficients and ``o = (lo_r + k) mod S``, so plane
-    ``a`` (the elements ``S*q + a + o``, a strided copy of ``X``) is read at ``q``. The new
-    ranges of ``(r', a)`` cover ``S * ceil(ext(r) / S)`` values: more than ``r``'s when
-    ``S`` does not divide its extent. Those extra values must give zero: another factor
-    reads ``r`` alone and ends at its last element (the weight ``W[k, c, r, s]``), so its
-    zero padding cancels them (and ``numpy_kernels`` skips products that read only it).
+    ``S*h + r + k = S*(h + r' + (lo_r + k) // S) + a + o`` with ``o = (lo_r + k) mod S``:
+    the index is ``S*q + a + o`` with ``q = h + r' + (lo_r + k) // S`` affine with unit
+    coefficients, so plane ``a`` (the elements ``S*q + a + o``, a strided copy of ``X``) is
+    read at ``q``. The new ranges of ``(r', a)`` cover ``S * ceil(ext(r) / S)`` values:
+    more than ``r``'s when ``S`` does not divide its extent. Those extra values must give
+    zero: another factor reads ``r`` alone and ends at its last element (the weight
+    ``W[k, c, r, s]``), so its zero padding cancels them (and ``numpy_kernels`` skips
+    products that read only it).
 
     Applied to a factor index ``S*v + ... + r`` (``S >= 2`` the gcd of the coefficients
     besides ``r``'s, which is 1) when the reduced variables left unsplit are at least
