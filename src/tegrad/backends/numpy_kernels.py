@@ -73,7 +73,8 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
     ext = {v: hi - lo + 1 for v, (lo, hi) in ranges.items()}
     ops = []
     for k, f in enumerate(p.factors):
-        batch = set(p.out_vars).difference(*(_variables(g) for g in p.factors if g is not f))
+        batch = (set(p.out_vars).difference(*(_variables(g) for g in p.factors if g is not f))
+                 if f.phases else ())  # (only a phased factor's layout uses it)
         op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k), batch)
         if op is None:  # reads only padding: the piece is zero
             if not accumulate:

@@ -232,6 +232,18 @@ def helper():
     return blas.helper if blas.found else None
 
 
+def new_result(a, b) -> np.ndarray | None:
+    """An empty array for ``a @ b`` (or its terms' sum), None when the operands have no
+    such result (fewer than 2 dims, dtypes that differ, batch shapes that do not match)."""
+    first, other = terms(a)[0], terms(b)[0]
+    if first.ndim < 2 or other.ndim < 2 or first.dtype != other.dtype:
+        return None
+    try:
+        return np.empty(result_shape(first, other), first.dtype)
+    except ValueError:
+        return None
+
+
 def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     """The shape of ``a @ b`` (both at least 2-D)."""
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
@@ -240,12 +252,8 @@ def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
 def matmul(a, b, out: np.ndarray | None = None, threads: int = 1):
     """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
     split over ``threads`` OpenMP threads; or with lists of terms, their products' sum."""
-    first, other = terms(a)[0], terms(b)[0]
-    if out is None and first.ndim >= 2 and other.ndim >= 2 and first.dtype == other.dtype:
-        try:
-            out = np.empty(result_shape(first, other), first.dtype)
-        except ValueError:
-            out = None
+    if out is None:
+        out = new_result(a, b)
     prepared = None if out is None else prepare(a, b, out)
     if prepared is None:
         return product_sum(a, b, out)

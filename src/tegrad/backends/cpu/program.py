@@ -36,22 +36,24 @@ from .grouping import group
 from .replay import ReplayedContraction, data_address
 
 
+def _cores() -> int:
+    """The cores this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def compile_jobs() -> int:
     """Concurrent compiler runs: the cores this process may use (at most 8)."""
-    try:
-        return min(8, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return min(8, os.cpu_count() or 1)
+    return min(8, _cores())
 
 
 def num_threads() -> int:
     value = os.environ.get("TEGRAD_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+    return _cores()
 
 
 class _Unit:

@@ -114,10 +114,10 @@ class Recorder:
         return out
 
     def matmul(self, a, b, out=None):
-        first, other = terms(a)[0], terms(b)[0]
-        if out is None and first.ndim >= 2 and other.ndim >= 2 and first.dtype == other.dtype:
-            out = np.empty(gemm.result_shape(first, other), first.dtype)
-            self.owned.append(out)
+        if out is None:
+            out = gemm.new_result(a, b)
+            if out is not None:
+                self.owned.append(out)
         prepared = None if out is None else gemm.prepare(a, b, out)
         if prepared is None:
             self.untraceable("a product outside BLAS")
