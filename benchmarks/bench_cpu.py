@@ -210,7 +210,10 @@ def machine_info() -> dict:
 
 def thread_info(threads: int, blas_line: str) -> dict:
     """What each library reports (threadpoolctl lists every loaded BLAS and OpenMP)."""
+    from tegrad.backends.cpu.gemm import blas_name
+
     info = {"threads": threads, "torch": threads, "blas": blas_line,
+            "tegrad_products": blas_name(),
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
             "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")}
     try:
@@ -261,7 +264,8 @@ def report(result, markdown: bool) -> None:
         + (" (--quick shapes)" if result["quick"] else ""))
     say(f"machine: {m['cpu_model']}, {m['cpus']} CPUs ({m['cpus_usable']} usable), "
         f"load average {', '.join(map(str, m['load_average']))}")
-    say(f"threads: torch {th['torch']}; {th['blas']}; OMP_NUM_THREADS="
+    say(f"threads: torch {th['torch']}; {th['blas']}; tegrad's products: "
+        f"{th.get('tegrad_products', '?')}, single-threaded, on OpenMP's threads; OMP_NUM_THREADS="
         f"{th['OMP_NUM_THREADS']}, OpenMP runtimes: {', '.join(th['openmp']) or 'none'}; "
         f"XLA_FLAGS='{th['XLA_FLAGS']}'" + ("" if th["torch"] == 1 else
                                             " (XLA's pool: every core)"))

@@ -376,17 +376,30 @@ LAYOUTS = {  # name: (a, b) builders from an rng; every one a view BLAS can take
 }
 
 
+def _blas_library(name):
+    """The BLAS ``name`` as the compiled target would call it; skips if not installed."""
+    from tegrad.backends.cpu import gemm
+
+    blas = gemm.Blas(mkl=name == "mkl")
+    if blas.name != name and name == "mkl":
+        pytest.skip("MKL is not installed (pip install tegrad[mkl])")
+    assert blas.found, "no cblas_?gemm among the loaded libraries"
+    return blas
+
+
+@pytest.mark.parametrize("library", ["mkl", "openblas"])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_parallel_matmul_matches_numpy(layout, dtype):
+def test_parallel_matmul_matches_numpy(layout, dtype, library):
     from tegrad.backends.cpu.gemm import matmul, one_blas_thread
 
+    blas = _blas_library(library)
     a, b = (x.astype(dtype) for x in LAYOUTS[layout](np.random.default_rng(3)))
     want = np.matmul(a, b)
     with one_blas_thread():
-        got = matmul(a, b, threads=2)
+        got = matmul(a, b, threads=2, blas=blas)
         out = np.full(want.shape, np.nan, dtype)
-        matmul(a, b, out=out, threads=2)
+        matmul(a, b, out=out, threads=2, blas=blas)
     tol = 1e-5 if dtype == "float32" else 1e-12
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
@@ -398,7 +411,20 @@ def test_numpy_blas_is_found():
     from tegrad.backends.cpu import gemm
 
     np.matmul(np.ones((2, 2)), np.ones((2, 2)))
-    assert gemm._blas().found, "no cblas_?gemm among the loaded libraries"
+    assert gemm.Blas(mkl=False).found, "no cblas_?gemm among the loaded libraries"
+
+
+@pytest.mark.parametrize("setting", ["", "openblas"])
+def test_products_use_mkl_when_installed_unless_told_otherwise(setting, monkeypatch):
+    from tegrad.backends.cpu import gemm
+
+    monkeypatch.setenv("TEGRAD_BLAS", setting)
+    gemm._blas.cache_clear()
+    try:
+        want = "mkl" if gemm._mkl_path() is not None and not setting else "openblas"
+        assert gemm.blas_name() == want
+    finally:
+        gemm._blas.cache_clear()
 
 
 @pytest.mark.parametrize("kind", ["max", "min", "argmax", "argmin"])

@@ -5,7 +5,7 @@ call; tegrad's kernels run on OpenMP's. On a machine with as many threads as cor
 two pools fight for the cores whenever one hands over to the other, and each hand-over
 costs a scheduler time slice (timed once here, with a one-off script: a 0.1 ms kernel
 took 4 ms right after a GEMM). So the compiled target keeps one pool:
-while a program runs, OpenBLAS is set to one thread, and each product is split into
+while a program runs, NumPy's OpenBLAS is set to one thread, and each product is split into
 ``threads`` blocks of rows (or of columns, whichever dimension is longer; or batches)
 that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below).
 
@@ -14,14 +14,22 @@ first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine 
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
 
-The BLAS is NumPy's own (found among the loaded libraries: ``scipy_cblas_sgemm64_`` in
-NumPy's wheels, or a plain ``cblas_sgemm``). Where none is found, or an operand's layout
-is not one BLAS takes, ``matmul`` is ``np.matmul``.
+The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
+tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on
+the calling OpenMP thread), else NumPy's own (found among the loaded libraries:
+``scipy_cblas_sgemm64_`` in NumPy's wheels, or a plain ``cblas_sgemm``).
+``TEGRAD_BLAS=openblas`` skips MKL. On this project's 2-core machine, through ``tg_gemm``
+on 2 threads, MKL took 0.62-0.77x OpenBLAS's time on an LSTM step's and a convolution's
+products and 0.94-0.97x on square ones (``benchmarks/bench_blas.py``, medians of 51).
+Where no BLAS is found, or an operand's layout is not one BLAS takes, ``matmul`` is
+``np.matmul``.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
+import os
 from contextlib import contextmanager
 from functools import cache, cached_property
 from typing import NamedTuple
@@ -83,9 +91,19 @@ _NAMES = (  # (sgemm, dgemm, set threads, get threads, 64-bit integers)
 )
 
 
-class _Blas:
-    def __init__(self):
+MKL_THREADING_SEQUENTIAL = 1  # mkl_service.h
+INT32_MAX = 2**31 - 1  # MKL's LP64 interface takes 32-bit dimensions and strides
+
+
+class Blas:
+    """The BLAS that products call: ``sgemm``/``dgemm`` addresses, its integer width, and
+    ``helper`` (``tg_gemm`` compiled for it). ``mkl=False`` looks only at NumPy's."""
+
+    def __init__(self, mkl: bool = True):
         self.found = False
+        self.name = "none"
+        if mkl and self._find_mkl():
+            return
         for path in _loaded_blas_paths():
             try:
                 lib = ctypes.CDLL(path)
@@ -99,7 +117,26 @@ class _Blas:
                     self.get_threads = getattr(lib, get_n, None)
                     self.wide = wide
                     self.found = True
+                    self.name = "openblas" if "openblas" in path.lower() else path
                     return
+
+    def _find_mkl(self) -> bool:
+        path = _mkl_path()
+        if path is None:
+            return False
+        try:
+            lib = ctypes.CDLL(path)
+            lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]
+            lib.MKL_Set_Threading_Layer(MKL_THREADING_SEQUENTIAL)
+            self.sgemm = ctypes.cast(lib.cblas_sgemm, ctypes.c_void_p).value
+            self.dgemm = ctypes.cast(lib.cblas_dgemm, ctypes.c_void_p).value
+        except (OSError, AttributeError):
+            return False
+        self.set_threads = self.get_threads = None  # sequential: nothing to hand over
+        self.wide = False
+        self.found = True
+        self.name = "mkl"
+        return True
 
     @cached_property
     def helper(self):
@@ -116,6 +153,24 @@ class _Blas:
                      ctypes.c_long, ctypes.c_int])
 
 
+def _mkl_path() -> str | None:
+    """``libmkl_rt``'s path in the installed ``mkl`` distribution, or None."""
+    try:
+        files = importlib.metadata.distribution("mkl").files or ()
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for f in files:
+        if f.name.startswith("libmkl_rt.so"):
+            return str(f.locate())
+    return None
+
+
+def blas_name() -> str:
+    """Which BLAS the compiled target's products call: ``mkl``, ``openblas`` (or the
+    library's path), or ``none``."""
+    return _blas().name
+
+
 def _loaded_blas_paths() -> list[str]:
     np.dot(np.ones((2, 2)), np.ones((2, 2)))  # NumPy loads its BLAS lazily on some builds
     try:
@@ -127,14 +182,20 @@ def _loaded_blas_paths() -> list[str]:
 
 
 @cache
-def _blas() -> _Blas:
-    return _Blas()
+def _blas() -> Blas:
+    return Blas(mkl=os.environ.get("TEGRAD_BLAS", "").lower() != "openblas")
+
+
+@cache
+def _numpy_blas() -> Blas:
+    return Blas(mkl=False)
 
 
 @contextmanager
 def one_blas_thread():
-    """OpenBLAS on one thread for the duration (products are split by ``matmul``)."""
-    blas = _blas()
+    """NumPy's OpenBLAS on one thread for the duration: products are split by ``matmul``
+    and whatever NumPy multiplies in a program runs on the calling thread."""
+    blas = _numpy_blas()
     if not blas.found or blas.set_threads is None or blas.get_threads is None:
         yield
         return
@@ -167,21 +228,22 @@ class GemmCall(NamedTuple):
     sc: int
     ldc: int
     terms: ctypes.Array
+    blas: Blas  # whose ``sgemm``/``dgemm`` ``fn`` is, and so whose ``tg_gemm`` calls it
 
     def run(self, a: int, b: int, c: int, threads: int) -> None:
-        _blas().helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
-                       self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc, self.ldc,
-                       self.terms, len(self.terms) // 2, threads)
+        self.blas.helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
+                         self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc,
+                         self.ldc, self.terms, len(self.terms) // 2, threads)
 
 
-def prepare(a, b, out: np.ndarray):
+def prepare(a, b, out: np.ndarray, blas: Blas | None = None):
     """``(call, (a, b, out) as the call's batched operands)`` making ``out[...] = a @ b``
     for float operands ``(..., M, K) @ (..., K, N)``, or None where a layout or dtype is not
     one BLAS takes (``np.matmul`` must then do it). ``a`` and ``b`` may be lists of terms
     (``out[...] = sum_t a[t] @ b[t]``) of one layout each, the operands returned being the
     first term's. An operand may be a copy: the call reads the addresses of the arrays
-    returned, which must live until it is made."""
-    blas = _blas()
+    returned, which must live until it is made. ``blas``: another than the default."""
+    blas = blas or _blas()
     a_terms, b_terms = terms(a), terms(b)
     a, b = a_terms[0], b_terms[0]
     if (not blas.found or a.dtype != b.dtype or a.dtype not in (np.float32, np.float64)
@@ -207,6 +269,8 @@ def prepare(a, b, out: np.ndarray):
     la, lb, lc = _layout(am, M, K), _layout(bm, K, N), _layout(cm, M, N)
     if la is None or lb is None or lc is None or lc[1]:
         return None
+    if not blas.wide and max(M, N, K, la[0], lb[0], lc[0]) > INT32_MAX:
+        return None
     size = a.itemsize
     offsets = [_offset(x, first, size) for pair in zip(a_terms, b_terms, strict=True)
                for x, first in zip(pair, (a, b), strict=True)]
@@ -214,7 +278,8 @@ def prepare(a, b, out: np.ndarray):
         return None
     call = GemmCall(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M,
                     N, K, am.strides[0] // size, la[0], la[1], bm.strides[0] // size, lb[0],
-                    lb[1], cm.strides[0] // size, lc[0], (ctypes.c_long * len(offsets))(*offsets))
+                    lb[1], cm.strides[0] // size, lc[0], (ctypes.c_long * len(offsets))(*offsets),
+                    blas)
     return call, (am, bm, cm)
 
 
@@ -249,12 +314,13 @@ def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
 
 
-def matmul(a, b, out: np.ndarray | None = None, threads: int = 1):
+def matmul(a, b, out: np.ndarray | None = None, threads: int = 1, blas: Blas | None = None):
     """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
-    split over ``threads`` OpenMP threads; or with lists of terms, their products' sum."""
+    split over ``threads`` OpenMP threads; or with lists of terms, their products' sum.
+    ``blas``: another than the default."""
     if out is None:
         out = new_result(a, b)
-    prepared = None if out is None else prepare(a, b, out)
+    prepared = None if out is None else prepare(a, b, out, blas)
     if prepared is None:
         return product_sum(a, b, out)
     call, operands = prepared

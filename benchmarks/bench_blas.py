@@ -1,0 +1,80 @@
+"""The two BLAS libraries the compiled target can call for its products (``gemm.py``):
+Intel's MKL (``pip install tegrad[mkl]``) and NumPy's OpenBLAS, both through the same
+``tg_gemm`` helper (single-threaded BLAS calls, split over OpenMP threads), on the product
+shapes the CPU benchmark meets, alternating in one process, medians.
+
+    .venv/bin/python benchmarks/bench_blas.py [--threads 2] [--runs 51]
+
+Shapes: an LSTM step's products (N=32, 4H=1024, H=256 or I=128), square 512 and 1024,
+and a 3x3 convolution's (K=64 by C*9=576 by 56*56 pixels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # bench_shared: a sibling
+import bench_shared  # noqa: E402  (sets BLAS threads: before numpy loads)
+
+bench_shared.apply(sys.argv[1:])
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from tegrad.backends.cpu import gemm  # noqa: E402
+
+SHAPES = ((32, 1024, 256), (32, 1024, 128), (512, 512, 512), (1024, 1024, 1024),
+          (64, 3136, 576))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=51)
+    args = ap.parse_args(argv)
+    libraries = {"mkl": gemm.Blas(mkl=True), "openblas": gemm.Blas(mkl=False)}
+    if libraries["mkl"].name != "mkl":
+        print("MKL is not installed (pip install tegrad[mkl]); nothing to compare")
+        return 1
+    rng = np.random.default_rng(0)
+    cells = []
+    with gemm.one_blas_thread():
+        for m, n, k in SHAPES:
+            a = rng.standard_normal((m, k), dtype=np.float32)
+            b = rng.standard_normal((k, n), dtype=np.float32)
+            want = a.astype(np.float64) @ b
+            times = {}
+            calls = {}
+            for name, blas in libraries.items():
+                out = np.empty((m, n), np.float32)
+                call, operands = gemm.prepare(a, b, out, blas)
+                addresses = [x.ctypes.data for x in operands]
+                call.run(*addresses, args.threads)
+                err = np.abs(out - want).max() / np.abs(want).max()
+                assert err < 1e-5, f"{name} {m}x{n}x{k}: relative error {err:.1e}"
+                calls[name] = (call, addresses, operands)  # operands: kept alive
+                times[name] = []
+            for _ in range(args.runs):  # alternating: both see the same machine
+                for name, (call, addresses, _) in calls.items():
+                    t0 = time.perf_counter()
+                    call.run(*addresses, args.threads)
+                    times[name].append(time.perf_counter() - t0)
+            med = {name: statistics.median(t) for name, t in times.items()}
+            flops = 2.0 * m * n * k
+            cells.append((f"{m} x {n} x {k}",
+                          *(f"{1e6 * med[x]:.0f} ({flops / med[x] / 1e9:.0f})" for x in med),
+                          f"{med['mkl'] / med['openblas']:.2f}"))
+    bench_shared.print_table(
+        f"float32 products, M x N x K, {args.threads} OpenMP threads: us (GFLOP/s), "
+        f"median of {args.runs}", ("shape", "mkl", "openblas", "mkl/openblas"), cells)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
