@@ -149,20 +149,27 @@ def test_looped_conv_products_match_torch(name, target):
         assert max(copies) < 1.5 * x.nbytes  # padding or phase planes, no im2col
 
 
-def test_accumulated_blocks_keep_the_general_path(monkeypatch):
-    """A product made in blocks of its reduced axis adds them up with ``+=``: not a
-    product or a copy, so that layout is not recorded, and stays correct."""
+def test_accumulated_blocks_are_products_adding_into_the_output(monkeypatch):
+    """A product made in blocks of its reduced axis adds the later blocks into the output
+    with BLAS (``beta = 1``): every block is a recorded product, replayed correctly."""
     from tegrad.backends import numpy_kernels
 
     monkeypatch.setattr(numpy_kernels, "BLOCK_ELEMENTS", 512)
     inputs, outputs = _program("matmul float64")
     f = tg.build(inputs, outputs, target="cpu")
     ref = tg.build(inputs, outputs, target="numpy")
-    for seed in (1, 2):
+    for seed in (1, 2, 3):
         arrays = _arrays(inputs, seed)
         _assert_close(f(*arrays), ref(*arrays), "float64")
-    untraced = [why for s in _contractions(f.program) for why in s.untraced.values()]
-    assert "an accumulated product" in untraced
+    steps = _contractions(f.program)
+    assert steps and not any(s.untraced for s in steps)
+    blocked = 0
+    for step in steps:
+        (recipe,) = step.recipes.values()
+        adds = [c.accumulate for c, _ in recipe.actions if hasattr(c, "terms")]
+        assert adds[0] == 0  # the first block writes, the rest add
+        blocked += len(adds) > 1 and adds == [0] + [1] * (len(adds) - 1)
+    assert blocked
 
 
 def test_a_new_layout_is_recorded_apart():

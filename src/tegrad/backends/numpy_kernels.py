@@ -380,34 +380,41 @@ def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
         else:
             ym = ym * s
     rvars = prefix + m_vars + n_vars
-    # a small result from a right operand laid out transposed (weight gradients): OpenBLAS
-    # runs the transposed product, with that operand on the left, about 25% faster
-    (rows, inner), cols = xm.shape[-2:], ym.shape[-1]
-    swap = (_c_blasable(xm) and not _c_blasable(ym)
-            and 8 * rows * cols <= inner * max(rows, cols))
-    direct = None
+    # the target itself as the product's (batch, M, N) result, or as its transpose
     widened = any(ext[v] != n for v, n in zip(out_vars, target.shape, strict=True))
-    if not accumulate and len(rvars) == len(out_vars) and not widened and not swap:
-        perm = [out_vars.index(v) for v in rvars]
-        shape = [ext[v] for v in prefix] + [math.prod(ext[v] for v in m_vars),
-                                             math.prod(ext[v] for v in n_vars)]
-        try:
-            direct = np.reshape(np.transpose(target, perm), shape, copy=False)
-        except ValueError:
-            direct = None
-        if direct is not None and not _c_blasable(direct):
-            direct = None
+    whole = len(rvars) == len(out_vars) and not widened
+    plain = _result_view(target, out_vars, prefix, m_vars, n_vars, ext) if whole else None
+    turned = _result_view(target, out_vars, prefix, n_vars, m_vars, ext) if whole else None
+    # else a small result from a right operand laid out transposed (weight gradients):
+    # OpenBLAS runs the transposed product, with that operand on the left, about 25% faster
+    (rows, inner), cols = xm.shape[-2:], ym.shape[-1]
+    swap = (turned is not None or plain is None and _c_blasable(xm) and not _c_blasable(ym)
+            and 8 * rows * cols <= inner * max(rows, cols))
+    direct = turned if swap else plain  # (accumulating: BLAS adds to it, beta = 1)
     if swap:
         xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
     xs, ys = _split_terms(xm, looped, kept), _split_terms(ym, looped, kept)
     if direct is not None:
-        matmul(xs, ys, out=direct)
+        matmul(xs, ys, out=direct, accumulate=accumulate)
         return
     result = matmul(xs, ys)
     if swap:
         result = np.swapaxes(result, -1, -2)
     result = result.reshape([ext[v] for v in rvars])
     _write(target, out_vars, result, rvars, accumulate)
+
+
+def _result_view(target, out_vars, prefix, first, second, ext) -> np.ndarray | None:
+    """``target`` as a (batch, rows, columns) stack of C-order matrices, rows over the
+    variables ``first`` and columns over ``second``, or None when it is not one."""
+    perm = [out_vars.index(v) for v in prefix + first + second]
+    shape = [ext[v] for v in prefix] + [math.prod(ext[v] for v in first),
+                                         math.prod(ext[v] for v in second)]
+    try:
+        view = np.reshape(np.transpose(target, perm), shape, copy=False)
+    except ValueError:
+        return None
+    return view if _c_blasable(view) else None
 
 
 def _split_terms(m: np.ndarray, looped: list, kept: list):
@@ -537,10 +544,13 @@ def terms(x) -> list[np.ndarray]:
     return list(x) if isinstance(x, list | tuple) else [x]
 
 
-def product_sum(a, b, out: np.ndarray | None = None) -> np.ndarray:
+def product_sum(a, b, out: np.ndarray | None = None, accumulate: bool = False) -> np.ndarray:
     """``np.matmul(a, b, out=out)``; with lists of terms (a looped reduction, see
-    ``_looped``), the sum of their products."""
+    ``_looped``), the sum of their products; ``accumulate``: added to ``out``."""
     a_terms, b_terms = terms(a), terms(b)
+    if accumulate:
+        out += product_sum(a, b)
+        return out
     out = np.matmul(a_terms[0], b_terms[0], out=out)
     for x, y in zip(a_terms[1:], b_terms[1:], strict=True):
         out += np.matmul(x, y)
@@ -566,9 +576,10 @@ _THREADS = _threads()
 _POOL: list = []
 
 
-# a compiled backend's matmul(a, b, out=None) (a product, or with lists of terms the sum of
-# theirs: product_sum), copy(dst, src) and empty(shape, dtype) (its buffer pool), for the
-# duration of its run (backends/cpu/gemm.py, copy.py, buffers.py)
+# a compiled backend's matmul(a, b, out=None, accumulate=False) (a product, or with lists
+# of terms the sum of theirs, added to out when accumulating: product_sum), copy(dst, src)
+# and empty(shape, dtype) (its buffer pool), for the duration of its run
+# (backends/cpu/gemm.py, copy.py, buffers.py)
 MATMUL: ContextVar = ContextVar("tegrad_matmul", default=None)
 COPY: ContextVar = ContextVar("tegrad_copy", default=None)
 EMPTY: ContextVar = ContextVar("tegrad_empty", default=None)

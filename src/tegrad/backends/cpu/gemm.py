@@ -48,7 +48,8 @@ typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
 
 void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
              const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
-             char *C, long sc, long ldc, const long *terms, long nterms, int nthreads) {
+             char *C, long sc, long ldc, const long *terms, long nterms, int acc,
+             int nthreads) {
   long size = dbl ? 8 : 4;
   long chunks = 1, by_rows = M >= N;
   if (batch < nthreads) chunks = (nthreads + batch - 1) / batch;
@@ -71,10 +72,10 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
       const char *at = a + terms[2 * t] * size, *bt = bb + terms[2 * t + 1] * size;
       if (dbl)
         ((dgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0, (const double *)at,
-                      lda, (const double *)bt, ldb, t ? 1.0 : 0.0, (double *)cc, ldc);
+                      lda, (const double *)bt, ldb, t || acc ? 1.0 : 0.0, (double *)cc, ldc);
       else
         ((sgemm_t)fn)(101, ta ? 112 : 111, tb ? 112 : 111, m, n, K, 1.0f, (const float *)at,
-                      lda, (const float *)bt, ldb, t ? 1.0f : 0.0f, (float *)cc, ldc);
+                      lda, (const float *)bt, ldb, t || acc ? 1.0f : 0.0f, (float *)cc, ldc);
     }
   }
 }
@@ -150,7 +151,7 @@ class Blas:
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
-                     ctypes.c_long, ctypes.c_int])
+                     ctypes.c_long, ctypes.c_int, ctypes.c_int])
 
 
 def _mkl_path() -> str | None:
@@ -227,21 +228,24 @@ class GemmCall(NamedTuple):
     sc: int
     ldc: int
     terms: ctypes.Array
+    accumulate: int  # 1: the first term adds to C too (beta = 1)
     blas: Blas  # whose ``sgemm``/``dgemm`` ``fn`` is, and so whose ``tg_gemm`` calls it
 
     def run(self, a: int, b: int, c: int, threads: int) -> None:
         self.blas.helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
                          self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc,
-                         self.ldc, self.terms, len(self.terms) // 2, threads)
+                         self.ldc, self.terms, len(self.terms) // 2, self.accumulate,
+                         threads)
 
 
-def prepare(a, b, out: np.ndarray, blas: Blas | None = None):
+def prepare(a, b, out: np.ndarray, blas: Blas | None = None, accumulate: bool = False):
     """``(call, (a, b, out) as the call's batched operands)`` making ``out[...] = a @ b``
     for float operands ``(..., M, K) @ (..., K, N)``, or None where a layout or dtype is not
     one BLAS takes (``np.matmul`` must then do it). ``a`` and ``b`` may be lists of terms
     (``out[...] = sum_t a[t] @ b[t]``) of one layout each, the operands returned being the
     first term's. An operand may be a copy: the call reads the addresses of the arrays
-    returned, which must live until it is made. ``blas``: another than the default."""
+    returned, which must live until it is made. ``blas``: another than the default;
+    ``accumulate``: ``out[...] += a @ b``."""
     blas = blas or _blas()
     a_terms, b_terms = terms(a), terms(b)
     a, b = a_terms[0], b_terms[0]
@@ -278,7 +282,7 @@ def prepare(a, b, out: np.ndarray, blas: Blas | None = None):
     call = GemmCall(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M,
                     N, K, am.strides[0] // size, la[0], la[1], bm.strides[0] // size, lb[0],
                     lb[1], cm.strides[0] // size, lc[0], (ctypes.c_long * len(offsets))(*offsets),
-                    blas)
+                    int(accumulate), blas)
     return call, (am, bm, cm)
 
 
@@ -313,15 +317,16 @@ def result_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
     return (*np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), a.shape[-2], b.shape[-1])
 
 
-def matmul(a, b, out: np.ndarray | None = None, threads: int = 1, blas: Blas | None = None):
+def matmul(a, b, out: np.ndarray | None = None, threads: int = 1, blas: Blas | None = None,
+           accumulate: bool = False):
     """``np.matmul(a, b, out=out)`` for float operands ``(..., M, K) @ (..., K, N)``,
-    split over ``threads`` OpenMP threads; or with lists of terms, their products' sum.
-    ``blas``: another than the default."""
+    split over ``threads`` OpenMP threads; or with lists of terms, their products' sum;
+    ``accumulate``: added to ``out``. ``blas``: another than the default."""
     if out is None:
         out = new_result(a, b)
-    prepared = None if out is None else prepare(a, b, out, blas)
+    prepared = None if out is None else prepare(a, b, out, blas, accumulate)
     if prepared is None:
-        return product_sum(a, b, out)
+        return product_sum(a, b, out, accumulate)
     call, operands = prepared
     call.run(*(x.ctypes.data for x in operands), threads)
     return out

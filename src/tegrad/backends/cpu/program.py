@@ -151,8 +151,8 @@ def _c_strides(shape: tuple, itemsize: int) -> tuple:
 _THREADS = num_threads()
 
 
-def _matmul(a, b, out=None):
-    return matmul(a, b, out=out, threads=_THREADS)
+def _matmul(a, b, out=None, accumulate=False):
+    return matmul(a, b, out=out, threads=_THREADS, accumulate=accumulate)
 
 
 def _copy(dst, src):

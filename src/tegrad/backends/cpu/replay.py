@@ -113,15 +113,15 @@ class Recorder:
         self.output = out
         return out
 
-    def matmul(self, a, b, out=None):
+    def matmul(self, a, b, out=None, accumulate=False):
         if out is None:
             out = gemm.new_result(a, b)
             if out is not None:
                 self.owned.append(out)
-        prepared = None if out is None else gemm.prepare(a, b, out)
+        prepared = None if out is None else gemm.prepare(a, b, out, accumulate=accumulate)
         if prepared is None:
             self.untraceable("a product outside BLAS")
-            return product_sum(a, b, out)
+            return product_sum(a, b, out, accumulate)
         self._log(*prepared, reach=(terms(a), terms(b), [out]))
         return out
 
