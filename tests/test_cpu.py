@@ -250,6 +250,40 @@ def test_a_kernel_read_at_its_own_point_joins_its_reader():
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_column_sums_are_made_in_the_loops_of_a_row_kernel(dtype):
+    """A layer norm's weight and bias gradients sum over the rows that its input gradient
+    visits: they are summed in that kernel's loops (per thread, then added up), and the
+    three gradients match torch's. A sum over fewer rows stays a kernel of its own."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((3, 40, 96), dtype, "X")
+    W, B = tg.placeholder((96,), dtype, "W"), tg.placeholder((96,), dtype, "B")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    H = tg.placeholder(Y.shape, dtype, "H")
+    q = tg.reduce_axis((0, 39), "q")
+    partial = tg.compute((96,), lambda j: tg.sum(H[0, q, j], axis=q), "partial")
+    f = tg.build([X, W, B, H], [*tg.gradient(Y, [X, W, B], H), partial], target="cpu")
+    kernels = {k.tensor.name: k for k in f.program.plan.kernels}
+    dx = kernels[f"{Y.name}.grad.X"]
+    assert [t.name for t, _ in dx.detail.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
+    assert "partial" in kernels and f"{Y.name}.grad.W" not in kernels
+    assert "omp_get_thread_num" in f.program.steps[list(kernels).index(dx.tensor.name)].src.text
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(t.shape).astype(dtype) for t in (X, W, B, H)]
+    tx, tw, tb = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in arrays[:3])
+    ty = torch.nn.functional.layer_norm(tx, (96,), tw, tb)
+    want = torch.autograd.grad(ty, [tx, tw, tb], torch.tensor(arrays[3], dtype=torch.float64))
+    got = f(*arrays)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    for g, w in zip(got, [*want, torch.tensor(arrays[3][0, :39].sum(0, dtype=np.float64))],
+                    strict=True):
+        w = w.numpy()
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
+    again = f(*arrays)  # the same threads add their partial sums in the same order
+    for g, a in zip(got, again, strict=True):
+        np.testing.assert_array_equal(g, a)
+
+
 def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
     ps = [tg.placeholder(s, "float64", n) for s, n in
           (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lower.plan import Plan
+from ..lower.plan import Fused, Plan
 from .numpy_eval import evaluate_compute
 from .numpy_kernels import run_kernel
 from .scan_run import run_scan
@@ -28,6 +28,13 @@ class NumpyProgram:
         return [arrays[t] for t in self.plan.outputs]
 
 
+def written(kernel) -> tuple:
+    """``(tensor, body)`` of the tensors a general kernel writes besides its own
+    (``Fused.written``: grouping on the compiled target), else none."""
+    detail = kernel.detail
+    return detail.written() if isinstance(detail, Fused) else ()
+
+
 def dead_after(plan: Plan) -> list[list]:
     """Per kernel, the computed tensors whose last reader it is (outputs are kept): the
     peak memory of a program is then what is live at once, not everything it made."""
@@ -41,7 +48,7 @@ def dead_after(plan: Plan) -> list[list]:
             made.update(kernel.detail.outputs)
         else:
             body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
-            also = getattr(kernel.detail, "also", ())  # tensors its loops also write
+            also = written(kernel)  # tensors its loops also write
             reads = [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]
             made.update([kernel.tensor, *(t for t, _ in also)])
         for t in reads:

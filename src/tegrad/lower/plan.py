@@ -50,16 +50,25 @@ class Fused:
     """A general kernel evaluating ``body_of`` (the compute with its contractions and
     scatters read from the ``parts`` computed before it; ``extract.py``); ``also``: more
     tensors of the same shape that its loops write, each ``(tensor, body over body_of's
-    axes)`` (``backends/cpu/grouping.py``)."""
+    axes)``; ``columns``: 1-D tensors its loops sum, each ``(tensor, summand over body_of's
+    axes)``, ``tensor[j] = sum over the other axes of summand`` with ``j`` the last axis
+    (``backends/cpu/grouping.py``)."""
 
     body_of: Compute
     parts: tuple[Compute, ...]
     also: tuple = ()
+    columns: tuple = ()
+
+    def written(self) -> tuple:
+        """``(tensor, body)`` of every tensor written besides the kernel's own."""
+        return self.also + self.columns
 
     def describe(self) -> str:
         said = [f"reads {', '.join(p.name for p in self.parts)}"] if self.parts else []
         if self.also:
             said.append(f"also writes {', '.join(t.name for t, _ in self.also)}")
+        if self.columns:
+            said.append(f"also sums {', '.join(t.name for t, _ in self.columns)}")
         return "; ".join(said)
 
 

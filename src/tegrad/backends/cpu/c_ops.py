@@ -26,7 +26,10 @@ TRANSCENDENTAL = frozenset({*_MATH, "sigmoid"})  # library calls, for the work e
 
 PRELUDE = "\n".join([
     "#include <math.h>",
+    "#include <omp.h>",
     "#include <stdint.h>",
+    "#include <stdlib.h>",
+    "#include <string.h>",
     *(f"#pragma omp declare simd notinbranch\nextern {t} {fn}{s}({t}"
       f"{', ' + t if fn == 'pow' else ''});"
       for fn in _MATH for t, s in (("float", "f"), ("double", ""))),

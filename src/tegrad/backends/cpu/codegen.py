@@ -67,17 +67,22 @@ PARALLEL_WORK = 1 << 17  # points x work per point below which a kernel runs on 
 TRANSCENDENTAL_COST = 8  # a library call (exp, tanh, ...) weighs this many additions
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
+COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
 
 
 class KernelSource(ReductionEmitter):
     """The C function ``name`` computing ``t`` (its body: ``body_of``'s)."""
 
-    def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple = ()):
+    def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple = (),
+                 columns: tuple = ()):
         self.tensor = t
         self.name = name
         self.also = also  # (tensor, body over body_of's axes): also written (grouping.py)
-        self.args: list = [t, *(u for u, _ in also)]  # outputs first, then each tensor read
-        for r in [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]:
+        self.columns = columns  # (tensor, summand over body_of's axes): summed (grouping.py)
+        extra = (*also, *columns)
+        self.outputs = 1 + len(extra)
+        self.args: list = [t, *(u for u, _ in extra)]  # outputs first, then each tensor read
+        for r in [*tensors_read(body_of.body), *(r for _, b in extra for r in tensors_read(b))]:
             if r not in self.args:
                 self.args.append(r)
         self.gathers: list[Gather] = []
@@ -123,7 +128,7 @@ class KernelSource(ReductionEmitter):
         t = self.tensor
         header = []
         for k, a in enumerate(self.args):
-            const = "" if k <= len(self.also) else "const "
+            const = "" if k < self.outputs else "const "
             header.append(f"{const}{CTYPE[a.dtype]} *restrict a{k} = "
                           f"({const}{CTYPE[a.dtype]} *)args[{k}];")
         shape = t.shape
@@ -138,7 +143,9 @@ class KernelSource(ReductionEmitter):
             for v, part in parts:
                 self._nest(part, [v], [v.extent], parallel)
         else:
+            self._open_partials(shape[-1])
             self._nest(body, axes, shape, parallel)
+            self._close_partials(shape[-1])
         lines = [f"void {self.name}(void **args, long *err, int nthreads) {{"]
         lines += ["  " + h for h in header]
         self.root.render(lines, 1)
@@ -219,10 +226,53 @@ class KernelSource(ReductionEmitter):
         for tensor, other in self.also:  # the same point of the grouped kernels' arrays
             other = unshadow(other, frozenset(axes))
             self.stack[-1].items.append(f"{self.arg(tensor)}[{flat}] = {self.value(other)};")
+        for m, (tensor, summand) in enumerate(self.columns):  # this thread's column sums
+            ctype = LOCAL_CTYPE[tensor.dtype]
+            blocks[0].items.insert(0, f"{ctype} *restrict mine{m} = "
+                                      f"{self._partial_row(m, 'omp_get_thread_num()')};")
+            summand = unshadow(summand, frozenset(axes))
+            self.stack[-1].items.append(
+                f"mine{m}[{self.var(axes[-1])}] += {self.value(summand)};")
         innermost = self.stack[-1]
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
+
+    def _open_partials(self, n: int) -> None:
+        """The column sums' partial sums: per thread, one zeroed row of ``n`` per column
+        sum. The rows start 2 KiB past the output's address modulo 4 KiB (the inputs'
+        too, when they are aligned alike, as NumPy's large arrays are), 1 KiB apart: a
+        row read right after a store to the output at the same address modulo 4 KiB waits
+        for that store ("4K aliasing"; a layer norm's gradient, one-off C timing: 3.5 ms
+        with ``calloc``'s placement, 1.9 ms placed so, 1.4 ms without the sums)."""
+        if not self.columns:
+            return
+        width = max(n * (8 if t.dtype == "float64" else 4) for t, _ in self.columns) + COLUMN_PAD
+        self.partial_stride = width = -(-width // 64) * 64
+        total = f"(size_t)nthreads * {len(self.columns) * width}"
+        self.root.items += [
+            f"char *raw = (char *)malloc({total} + 4096);",
+            "if (!raw) { err[0] = -1; return; }",
+            "char *part = raw + ((uintptr_t)a0 + 2048 - (uintptr_t)raw) % 4096;",
+            f"memset(part, 0, {total});"]
+
+    def _partial_row(self, m: int, thread: str) -> str:
+        """The address of column sum ``m``'s partial row of ``thread``."""
+        ctype = LOCAL_CTYPE[self.columns[m][0].dtype]
+        return (f"(({ctype} *)(part + ((long)({thread}) * {len(self.columns)} + {m}) * "
+                f"{self.partial_stride}L))")
+
+    def _close_partials(self, n: int) -> None:
+        """Each column sum: its threads' partial sums added in thread order."""
+        if not self.columns:
+            return
+        for m, (tensor, _) in enumerate(self.columns):
+            ctype = LOCAL_CTYPE[tensor.dtype]
+            self.root.items.append(
+                f"for (long j = 0; j < {n}L; j++) {{ {ctype} s = 0; for (int t = 0; "
+                f"t < nthreads; t++) s += {self._partial_row(m, 't')}[j]; "
+                f"{self.arg(tensor)}[j] = s; }}")
+        self.root.items.append("free(raw);")
 
     def _residue_nest(self, body: Expr, axes, shape, parallel: bool, residues: dict) -> None:
         """Axes used under ``// n`` (``lower.residue.unrolled_axes``) looped over their

@@ -64,9 +64,10 @@ class _Unit:
         self.lib = None
 
     def add(self, kernel) -> KernelSource:
-        body_of = getattr(kernel.detail, "body_of", kernel.tensor)
-        also = getattr(kernel.detail, "also", ())
-        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}", also)
+        detail = kernel.detail
+        body_of = getattr(detail, "body_of", kernel.tensor)
+        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}",
+                           getattr(detail, "also", ()), getattr(detail, "columns", ()))
         self.sources.append(src)
         return src
 
@@ -102,9 +103,9 @@ class _Compiled:
         t = src.tensor
         self.shape, self.dtype, self.dtype_name = t.shape, np.dtype(t.dtype), t.dtype
         self.pooled = math.prod(t.shape) * self.dtype.itemsize >= MIN_BYTES
-        self.also = [(u, u.shape, u.dtype) for u, _ in src.also]  # written too: grouping.py
+        self.also = [(u, u.shape, u.dtype) for u in src.args[1:src.outputs]]  # grouping.py
         self.reads = []
-        for a in src.args[1 + len(self.also):]:
+        for a in src.args[src.outputs:]:
             dtype = np.dtype(a.dtype)
             self.reads.append((a, dtype, _c_strides(a.shape, dtype.itemsize)))
         self.pointers = ctypes.c_void_p * len(src.args)
@@ -131,6 +132,9 @@ class _Compiled:
                 arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
         fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
+        if self.err[0] < 0:  # (err[0] = -1: the column sums' partial rows, grouping.py)
+            self.err[0] = 0
+            raise MemoryError(f"{self.src.tensor.name}: no memory for per-thread partial sums")
         if self.err[0]:
             g = self.src.gathers[self.err[0] - 1]
             value = self.err[1]
