@@ -143,9 +143,11 @@ class KernelSource(ReductionEmitter):
             for v, part in parts:
                 self._nest(part, [v], [v.extent], parallel)
         else:
-            self._open_partials(shape[-1])
+            if self.columns:  # (grouping.py: only kernels of 2+ axes)
+                self._open_partials(shape[-1])
             self._nest(body, axes, shape, parallel)
-            self._close_partials(shape[-1])
+            if self.columns:
+                self._close_partials(shape[-1])
         lines = [f"void {self.name}(void **args, long *err, int nthreads) {{"]
         lines += ["  " + h for h in header]
         self.root.render(lines, 1)
@@ -245,8 +247,6 @@ class KernelSource(ReductionEmitter):
         row read right after a store to the output at the same address modulo 4 KiB waits
         for that store ("4K aliasing"; a layer norm's gradient, one-off C timing: 3.5 ms
         with ``calloc``'s placement, 1.9 ms placed so, 1.4 ms without the sums)."""
-        if not self.columns:
-            return
         width = max(n * (8 if t.dtype == "float64" else 4) for t, _ in self.columns) + COLUMN_PAD
         self.partial_stride = width = -(-width // 64) * 64
         total = f"(size_t)nthreads * {len(self.columns) * width}"
@@ -264,8 +264,6 @@ class KernelSource(ReductionEmitter):
 
     def _close_partials(self, n: int) -> None:
         """Each column sum: its threads' partial sums added in thread order."""
-        if not self.columns:
-            return
         for m, (tensor, _) in enumerate(self.columns):
             ctype = LOCAL_CTYPE[tensor.dtype]
             self.root.items.append(

@@ -62,7 +62,58 @@ def group(p: Plan) -> Plan:
         j, kernel = merged  # kernel k takes kernel j (> k) into its loops
         kernels[k] = kernel
         del kernels[j]
+    j = len(kernels) - 1
+    while j >= 0:
+        merged = _absorb_rows(kernels, j, set(p.outputs))
+        if merged is not None:
+            k, kernel = merged  # kernel k computes kernel j's rows itself
+            kernels[k] = kernel
+            del kernels[j]
+        j -= 1
     return Plan(kernels, p.outputs, p.notes)
+
+
+def _absorb_rows(kernels: list, j: int, outputs: set):
+    """``(k, kernel k with kernel j inlined)`` when kernel ``j`` (with the tensors it also
+    writes) is read by one kernel only, a plain row nest ``k`` that reads it at its leading
+    axes alone (``mean[i]`` in ``dX[i, j]``), or None. Fusion kept such a row statistic
+    because its other readers were column sums that grouping has since moved into ``k``;
+    inlined, each row's statistic is computed in that row's loop (once: code motion) and
+    the rows are read from memory once."""
+    a = kernels[j]
+    if a.kind != "general" or _written(a) and not _also(a):
+        return None
+    made = {a.tensor, *(t for t, _ in _also(a))}
+    if made & outputs:
+        return None
+    readers = [k for k, other in enumerate(kernels) if k != j and made & _reads(other)]
+    if len(readers) != 1 or readers[0] < j or not _plain(kernels[readers[0]]):
+        return None
+    k = readers[0]
+    b = kernels[k]
+    body_b = _body(b)
+    lead = tuple(body_b.axes[: len(a.tensor.shape)])
+    if len(lead) >= len(body_b.axes) or a.tensor.shape != body_b.shape[: len(lead)]:
+        return None
+    bodies = [body_b.body, *(body for _, body in _written(b))]
+    for e in (x for body in bodies for x in walk(body)):
+        if isinstance(e, Read) and e.tensor in made and tuple(e.indices) != lead:
+            return None
+    source = _body(a)
+    sources = [(a.tensor, source)] + [(t, make_compute(t.shape, source.axes, body, t.name))
+                                       for t, body in _also(a)]
+
+    def inlined(body):
+        for t, compute in sources:
+            body = inline(body, t, compute)
+        return body
+
+    detail = b.detail if isinstance(b.detail, Fused) else Fused(b.tensor, ())
+    compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
+    fused = Fused(compute, detail.parts,
+                  tuple((t, inlined(body)) for t, body in detail.also),
+                  tuple((t, inlined(body)) for t, body in detail.columns))
+    return k, Kernel(b.tensor, "general", fused)
 
 
 def _absorb_column(kernels: list, k: int):
@@ -154,7 +205,7 @@ def _reads(kernel: Kernel) -> set:
         return {*kernel.detail.op.inits, *kernel.detail.op.external}
     if kernel.kind == "general":
         return {*tensors_read(_body(kernel).body),
-                *(r for _, body in _also(kernel) for r in tensors_read(body))}
+                *(r for _, body in _written(kernel) for r in tensors_read(body))}
     return set(tensors_read(kernel.tensor.body))
 
 
