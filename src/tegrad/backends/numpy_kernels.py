@@ -534,6 +534,14 @@ def workspace_buffers() -> list[np.ndarray]:
     return list(_WORKSPACE.buffers.values())
 
 
+def release_workspace(root: np.ndarray) -> None:
+    """Hand this thread's scratch buffer ``root`` over to the caller: its role gets a new
+    buffer on its next use (a recorded contraction keeps the bytes its calls wrote)."""
+    for role, buf in list(_WORKSPACE.buffers.items()):
+        if buf is root:
+            del _WORKSPACE.buffers[role]
+
+
 def clear_workspace() -> None:
     """Release this thread's scratch buffers."""
     _WORKSPACE.buffers.clear()
