@@ -70,11 +70,19 @@ def fuse(p: Plan) -> Plan:
         else:
             blocked.update(tensors_read(k.tensor.body))
     inlined = set()
+    reads: dict = {}  # consumer -> (its body, the tensors the body reads): walked once
+
+    def reads_of(c: Compute) -> set:
+        hit = reads.get(c)
+        if hit is None or hit[0] is not bodies[c]:
+            hit = reads[c] = (bodies[c], set(tensors_read(bodies[c].body)))
+        return hit[1]
+
     for producer in reversed(list(bodies)):
         if producer in blocked:
             continue
         consumers = [c for c in bodies if c not in inlined and c is not producer
-                     and producer in tensors_read(bodies[c].body)]
+                     and producer in reads_of(c)]
         if not consumers or not _worth_inlining(bodies[producer], producer,
                                                 [bodies[c] for c in consumers]):
             continue

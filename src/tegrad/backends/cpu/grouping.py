@@ -70,6 +70,7 @@ def group(p: Plan) -> Plan:
             kernels[k] = kernel
             del kernels[j]
         j -= 1
+    _READS.clear()
     return Plan(kernels, p.outputs, p.notes)
 
 
@@ -200,7 +201,19 @@ def _also(kernel: Kernel) -> tuple:
     return getattr(kernel.detail, "also", ())
 
 
+_READS: dict = {}  # id(kernel) -> (kernel, the tensors it reads): group() walks often
+
+
 def _reads(kernel: Kernel) -> set:
+    hit = _READS.get(id(kernel))
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
+    found = _reads_of(kernel)
+    _READS[id(kernel)] = (kernel, found)
+    return found
+
+
+def _reads_of(kernel: Kernel) -> set:
     if kernel.kind == "scan":
         return {*kernel.detail.op.inits, *kernel.detail.op.external}
     if kernel.kind == "general":
