@@ -44,24 +44,8 @@ from .kernel_facts import column_order, regions
 
 def group(p: Plan) -> Plan:
     kernels = list(p.kernels)
-    k = 0
-    while k < len(kernels):
-        merged = _absorb(kernels, k)
-        if merged is None:
-            k += 1
-            continue
-        j, kernel = merged  # kernel k takes kernel j (< k) into its loops
-        kernels[k] = kernel
-        del kernels[j]
-    k = 0
-    while k < len(kernels):
-        merged = _absorb_column(kernels, k)
-        if merged is None:
-            k += 1
-            continue
-        j, kernel = merged  # kernel k takes kernel j (> k) into its loops
-        kernels[k] = kernel
-        del kernels[j]
+    _merge_into_each(kernels, _absorb)  # earlier kernels of the same shape
+    _merge_into_each(kernels, _absorb_column)  # later column sums
     j = len(kernels) - 1
     while j >= 0:
         merged = _absorb_rows(kernels, j, set(p.outputs))
@@ -72,6 +56,20 @@ def group(p: Plan) -> Plan:
         j -= 1
     _READS.clear()
     return Plan(kernels, p.outputs, p.notes)
+
+
+def _merge_into_each(kernels: list, absorb) -> None:
+    """For each kernel ``k`` in turn, while ``absorb(kernels, k)`` gives ``(j, kernel k
+    with kernel j in its loops)``, put that in place of ``k`` and drop kernel ``j``."""
+    k = 0
+    while k < len(kernels):
+        merged = absorb(kernels, k)
+        if merged is None:
+            k += 1
+            continue
+        j, kernel = merged
+        kernels[k] = kernel
+        del kernels[j]
 
 
 def _absorb_rows(kernels: list, j: int, outputs: set):
