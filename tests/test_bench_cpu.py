@@ -82,3 +82,16 @@ def test_case_selection(spec, names):
 def test_case_selection_names_the_choices_for_an_unknown_case():
     with pytest.raises(SystemExit, match="no case named nope; choose from matmul512"):
         cases_module.select(cases_module.cases(quick=False), "nope")
+
+
+def test_blas_comparison_runs_and_checks_its_products():
+    """``bench_blas.py`` times MKL against OpenBLAS through the same helper, after checking
+    each product against float64 (skipped without MKL)."""
+    from tegrad.backends.cpu import gemm
+
+    if gemm._mkl_path() is None:
+        pytest.skip("MKL is not installed (pip install tegrad[mkl])")
+    cmd = [sys.executable, str(_BENCH_DIR / "bench_blas.py"), "--runs", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_blas.py failed:\n{done.stdout}\n{done.stderr}"
+    assert "32 x 1024 x 256" in done.stdout and "mkl/openblas" in done.stdout

@@ -462,6 +462,39 @@ def test_products_use_mkl_when_installed_unless_told_otherwise(setting, monkeypa
         gemm._blas.cache_clear()
 
 
+_OPENBLAS_PROGRAM = """
+import numpy as np, tegrad as tg
+from tegrad.backends.cpu import gemm
+X = tg.placeholder((2, 8, 12, 12), "float64", "X")
+W = tg.placeholder((16, 8, 3, 3), "float64", "W")
+Y = tg.nn.conv2d(X, W, stride=2, padding=1)
+H = tg.placeholder(Y.shape, "float64", "H")
+outs = [Y, *tg.gradient(Y, [X, W], H)]
+rng = np.random.default_rng(7)
+arrays = [rng.standard_normal(t.shape) for t in (X, W, H)]
+got = tg.build([X, W, H], outs, target="cpu")(*arrays)
+want = tg.build([X, W, H], outs, target="numpy")(*arrays)
+assert gemm.blas_name() == "openblas", gemm.blas_name()
+for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-10)
+print("ok")
+"""
+
+
+def test_a_program_runs_on_openblas_when_told():
+    """``TEGRAD_BLAS=openblas`` (a new process: the BLAS is chosen once): a convolution's
+    forward and gradients, products on NumPy's OpenBLAS held to one thread, agree with
+    the NumPy target."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TEGRAD_BLAS": "openblas"}
+    done = subprocess.run([sys.executable, "-c", _OPENBLAS_PROGRAM], capture_output=True,
+                          text=True, env=env, timeout=600, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
 @pytest.mark.parametrize("kind", ["max", "min", "argmax", "argmin"])
 def test_extreme_reductions_propagate_nan_like_numpy(kind):
     X = tg.placeholder((5, 40), "float32", "X")
