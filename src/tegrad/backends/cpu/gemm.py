@@ -4,10 +4,10 @@ NumPy's OpenBLAS runs its own worker threads, which spin for about 0.1 s after e
 call; tegrad's kernels run on OpenMP's. On a machine with as many threads as cores the
 two pools fight for the cores whenever one hands over to the other, and each hand-over
 costs a scheduler time slice (timed once here, with a one-off script: a 0.1 ms kernel
-took 4 ms right after a GEMM). So the compiled target keeps one pool:
-while a program runs, NumPy's OpenBLAS is set to one thread, and each product is split into
-``threads`` blocks of rows (or of columns, whichever dimension is longer; or batches)
-that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below).
+took 4 ms right after a GEMM). So the compiled target keeps one pool: each product is
+split into ``threads`` blocks of rows (or of columns, whichever dimension is longer; or
+batches) that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm``
+below); on OpenBLAS, it is set to one thread while a program runs.
 
 A product may be a sum of ``terms`` products over operands at fixed offsets from the
 first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine shifted
