@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lower.plan import Fused, Plan
+from ..lower.plan import Plan, written
 from .numpy_eval import evaluate_compute
 from .numpy_kernels import run_kernel
 from .scan_run import run_scan
@@ -26,13 +26,6 @@ class NumpyProgram:
             for t in self.dead_after[k]:  # intermediates no later kernel reads
                 del arrays[t]
         return [arrays[t] for t in self.plan.outputs]
-
-
-def written(kernel) -> tuple:
-    """``(tensor, body)`` of the tensors a general kernel writes besides its own
-    (``Fused.written``: grouping on the compiled target), else none."""
-    detail = kernel.detail
-    return detail.written() if isinstance(detail, Fused) else ()
 
 
 def dead_after(plan: Plan) -> list[list]:

@@ -72,6 +72,13 @@ class Fused:
         return "; ".join(said)
 
 
+def written(kernel: Kernel) -> tuple:
+    """``(tensor, body)`` of the tensors a kernel writes besides its own (``Fused.written``:
+    grouping on the compiled target), else none."""
+    detail = kernel.detail
+    return detail.written() if isinstance(detail, Fused) else ()
+
+
 def _kernel_form(t: Compute):
     from .contraction import match_contraction
     from .scatter import match_scatter

@@ -33,11 +33,13 @@ weight and bias gradients then stream ``dY`` and ``X`` once, not three times:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...ir.expr import Read, Reduce
 from ...ir.tensor import make_compute
 from ...ir.traverse import substitute, tensors_read, walk
 from ...lower.fusion import inline
-from ...lower.plan import Fused, Kernel, Plan
+from ...lower.plan import Fused, Kernel, Plan, written
 from ...lower.residue import unrolled_axes
 from .kernel_facts import column_order, regions
 
@@ -80,7 +82,7 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     inlined, each row's statistic is computed in that row's loop (once: code motion) and
     the rows are read from memory once."""
     a = kernels[j]
-    if a.kind != "general" or _written(a) and not _also(a):
+    if a.kind != "general" or _fused(a).columns:
         return None
     made = {a.tensor, *(t for t, _ in _also(a))}
     if made & outputs:
@@ -94,7 +96,7 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     lead = tuple(body_b.axes[: len(a.tensor.shape)])
     if len(lead) >= len(body_b.axes) or a.tensor.shape != body_b.shape[: len(lead)]:
         return None
-    bodies = [body_b.body, *(body for _, body in _written(b))]
+    bodies = [body_b.body, *(body for _, body in written(b))]
     for e in (x for body in bodies for x in walk(body)):
         if isinstance(e, Read) and e.tensor in made and tuple(e.indices) != lead:
             return None
@@ -107,11 +109,11 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
             body = inline(body, t, compute)
         return body
 
-    detail = b.detail if isinstance(b.detail, Fused) else Fused(b.tensor, ())
+    detail = _fused(b)
     compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
-    fused = Fused(compute, detail.parts,
-                  tuple((t, inlined(body)) for t, body in detail.also),
-                  tuple((t, inlined(body)) for t, body in detail.columns))
+    fused = replace(detail, body_of=compute,
+                    also=tuple((t, inlined(body)) for t, body in detail.also),
+                    columns=tuple((t, inlined(body)) for t, body in detail.columns))
     return k, Kernel(b.tensor, "general", fused)
 
 
@@ -126,13 +128,11 @@ def _absorb_column(kernels: list, k: int):
     later = set()  # made by kernel k or after it: a summand may not read them
     for j in range(k, len(kernels)):
         d = kernels[j]
-        if j > k and d.kind == "general" and not _written(d):
+        if j > k and d.kind == "general" and not written(d):
             summand = _column_summand(_body(d), axes, shape)
             if summand is not None and not set(tensors_read(summand)) & later:
-                columns = (*getattr(b.detail, "columns", ()), (d.tensor, summand))
-                detail = b.detail
-                fused = Fused(detail.body_of, detail.parts, detail.also, columns) \
-                    if isinstance(detail, Fused) else Fused(b.tensor, (), (), columns)
+                detail = _fused(b)
+                fused = replace(detail, columns=(*detail.columns, (d.tensor, summand)))
                 return j, Kernel(b.tensor, "general", fused)
         later.update(_made(d))
     return None
@@ -155,14 +155,10 @@ def _column_summand(d, axes, shape):
                                     d.axes[0]: axes[-1]})
 
 
-def _written(kernel: Kernel) -> tuple:
-    return kernel.detail.written() if isinstance(kernel.detail, Fused) else ()
-
-
 def _made(kernel: Kernel) -> set:
     if kernel.kind == "scan":
         return set(kernel.detail.outputs)
-    return {kernel.tensor, *(t for t, _ in _written(kernel))}
+    return {kernel.tensor, *(t for t, _ in written(kernel))}
 
 
 def _absorb(kernels: list, k: int):
@@ -183,12 +179,17 @@ def _absorb(kernels: list, k: int):
             continue  # not read, or read elsewhere than at its own point
         source = _body(a)
         renamed = substitute(source.body, dict(zip(source.axes, body_b.axes, strict=True)))
-        also = (*_also(b), (a.tensor, renamed))
+        detail = _fused(b)
         compute = make_compute(body_b.shape, body_b.axes,
                                inline(body_b.body, a.tensor, source), body_b.name)
-        parts = getattr(b.detail, "parts", ())
-        return j, Kernel(b.tensor, "general", Fused(compute, parts, also))
+        fused = replace(detail, body_of=compute, also=(*detail.also, (a.tensor, renamed)))
+        return j, Kernel(b.tensor, "general", fused)
     return None
+
+
+def _fused(kernel: Kernel) -> Fused:
+    """A general kernel's ``Fused`` detail; a plain kernel's is its own compute."""
+    return kernel.detail if isinstance(kernel.detail, Fused) else Fused(kernel.tensor, ())
 
 
 def _body(kernel: Kernel):
@@ -216,7 +217,7 @@ def _reads_of(kernel: Kernel) -> set:
         return {*kernel.detail.op.inits, *kernel.detail.op.external}
     if kernel.kind == "general":
         return {*tensors_read(_body(kernel).body),
-                *(r for _, body in _written(kernel) for r in tensors_read(body))}
+                *(r for _, body in written(kernel) for r in tensors_read(body))}
     return set(tensors_read(kernel.tensor.body))
 
 

@@ -103,7 +103,8 @@ class _Compiled:
         t = src.tensor
         self.shape, self.dtype, self.dtype_name = t.shape, np.dtype(t.dtype), t.dtype
         self.pooled = math.prod(t.shape) * self.dtype.itemsize >= MIN_BYTES
-        self.also = [(u, u.shape, u.dtype) for u in src.args[1:src.outputs]]  # grouping.py
+        # the other tensors its loops write or sum (grouping.py), after its own
+        self.written = [(u, u.shape, u.dtype) for u in src.args[1:src.outputs]]
         self.reads = []
         for a in src.args[src.outputs:]:
             dtype = np.dtype(a.dtype)
@@ -122,7 +123,7 @@ class _Compiled:
         else:
             out = np.empty(self.shape, self.dtype)
         held = [out]
-        for u, shape, dtype in self.also:
+        for u, shape, dtype in self.written:
             arrays[u] = pool.take(shape, dtype) if pool is not None else np.empty(shape, dtype)
             held.append(arrays[u])
         for a, dtype, strides in self.reads:
