@@ -576,3 +576,102 @@ def test_a_failing_compiler_falls_back_when_the_target_is_ours_to_choose(monkeyp
         np.testing.assert_array_equal(f(np.arange(4.0)), [0.0, 3.0, 6.0, 9.0])
     finally:
         compiler._toolchain_id.cache_clear()
+
+
+def _scan_steps(f) -> list:
+    return [s for s in f.program.steps if isinstance(s, type(f.program))]
+
+
+def test_scan_steps_run_by_their_trace_as_the_general_path_does(monkeypatch):
+    """An LSTM's forward and adjoint steps run through ``StepTrace`` after their first
+    step: the same values, bitwise, as with every step on the general path, and torch's."""
+    import torch
+
+    from tegrad.backends.cpu import step_trace
+
+    steps, batch, inputs, hidden = 6, 3, 4, 5
+    ps = [tg.placeholder(s, "float64", n) for s, n in
+          (((steps, batch, inputs), "x"), ((batch, hidden), "h0"), ((batch, hidden), "c0"),
+           ((4 * hidden, inputs), "w_ih"), ((4 * hidden, hidden), "w_hh"),
+           ((4 * hidden,), "b_ih"), ((4 * hidden,), "b_hh"))]
+    out = tg.nn.lstm(*ps)[0]
+    head = tg.placeholder(out.shape, "float64", "head")
+    grads = tg.gradient(out, ps, head=head)
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(p.shape) * 0.5 for p in [*ps, head]]
+    traced = tg.build([*ps, head], [out, *grads], target="cpu")
+    got = [traced(*arrays), traced(*arrays)]  # the trace is made by the first call's step 1
+    assert all(isinstance(s.trace.made, step_trace.StepTrace) for s in _scan_steps(traced))
+    monkeypatch.setattr(step_trace.StepTrace, "make", classmethod(lambda cls, *a: None))
+    general = tg.build([*ps, head], [out, *grads], target="cpu")
+    want = general(*arrays)
+    assert all(s.trace.made is None for s in _scan_steps(general))
+    for run in got:
+        for g, w in zip(run, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    module = torch.nn.LSTM(inputs, hidden).double()
+    with torch.no_grad():
+        for name, a in zip(("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0"),
+                           arrays[3:7], strict=True):
+            getattr(module, name).copy_(torch.from_numpy(a))
+    leaves = [torch.tensor(a, requires_grad=True) for a in arrays[:3]]
+    ref, _ = module(leaves[0], (leaves[1][None], leaves[2][None]))
+    wrt = [*leaves, module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0,
+           module.bias_hh_l0]
+    ref_grads = torch.autograd.grad(ref, wrt, torch.from_numpy(arrays[-1]))
+    for g, r in zip(got[0], [ref, *ref_grads], strict=True):
+        np.testing.assert_allclose(g, r.detach().numpy(), rtol=1e-9, atol=1e-11)
+
+
+def _decaying_sum(steps: int, width: int):
+    """``s[t] = a * s[t-1] + x[t]``: a step that reads rows of an input directly."""
+    x, a = tg.placeholder((steps, width), "float64", "x"), tg.placeholder((width,), "float64", "a")
+    s = tg.placeholder((steps, width), "float64", "s")
+    init = tg.compute((1, width), lambda r, i: x[r, i], name="init")
+    update = tg.compute((steps, width), lambda t, i: a[i] * s[t - 1, i] + x[t, i], name="upd")
+    return tg.scan(init, update, s, name="decay"), x, a
+
+
+def _decaying_sum_reference(x, a):
+    rows = [x[0]]
+    for t in range(1, len(x)):
+        rows.append(a * rows[-1] + x[t])
+    return np.stack(rows)
+
+
+def test_a_step_fed_rows_of_another_layout_takes_the_general_path():
+    """The trace is made for C-order rows of ``x``; a Fortran-order ``x`` (rows strided)
+    later runs every step on the general path, which copies such a read, with the same
+    values."""
+    out, x, a = _decaying_sum(7, 64)
+    f = tg.build([x, a], out, target="cpu")
+    rng = np.random.default_rng(4)
+    xv, av = rng.standard_normal(x.shape), rng.uniform(-1, 1, a.shape)
+    np.testing.assert_allclose(f(xv, av), _decaying_sum_reference(xv, av), rtol=1e-13)
+    (step,) = _scan_steps(f)
+    trace = step.trace.made
+    assert trace is not None
+    answers = []
+    traced_run = trace.run
+    trace.run = lambda feed: answers.append(traced_run(feed)) or answers[-1]
+    strided = np.asfortranarray(rng.standard_normal(x.shape))
+    assert strided[1].strides != xv[1].strides
+    np.testing.assert_allclose(f(strided, av), _decaying_sum_reference(strided, av),
+                               rtol=1e-13)
+    assert answers and all(a is None for a in answers)  # every step: the general path
+    answers.clear()
+    np.testing.assert_allclose(f(xv, av), _decaying_sum_reference(xv, av), rtol=1e-13)
+    assert len(answers) == 6 and all(a is not None for a in answers)
+
+
+def test_two_threads_running_one_program_each_have_their_own_trace():
+    from concurrent.futures import ThreadPoolExecutor
+
+    out, x, a = _decaying_sum(60, 512)
+    f = tg.build([x, a], out, target="cpu")
+    rng = np.random.default_rng(6)
+    jobs = [(rng.standard_normal(x.shape), rng.uniform(-1, 1, a.shape)) for _ in range(24)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda job: f(*job), jobs))
+    for (xv, av), got in zip(jobs, results, strict=True):
+        np.testing.assert_allclose(got, _decaying_sum_reference(xv, av), rtol=1e-12, atol=1e-12)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -34,6 +35,7 @@ from .gemm import helper as gemm_helper
 from .gemm import matmul, one_blas_thread
 from .grouping import group
 from .replay import ReplayedContraction, data_address
+from .step_trace import StepTrace
 
 
 def _cores() -> int:
@@ -114,10 +116,7 @@ class _Compiled:
         self.err_address = ctypes.addressof(self.err)
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
-        fn = self.fn
-        if fn is None:
-            fn = self.fn = bind(self.unit.lib, self.src.name,
-                                [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+        fn = self.fn or self.bound()
         if pool is not None and self.pooled:
             out = pool.take(self.shape, self.dtype_name)
         else:
@@ -133,6 +132,19 @@ class _Compiled:
                 arr = np.ascontiguousarray(arr, dtype=dtype)
             held.append(arr)
         fn(self.pointers(*map(data_address, held)), self.err_address, _THREADS)
+        if self.err[0]:
+            self.raise_error()
+        return out
+
+    def bound(self):
+        """The compiled function (``fn(pointers, err, threads)``), loaded on first use."""
+        if self.fn is None:
+            self.fn = bind(self.unit.lib, self.src.name,
+                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+        return self.fn
+
+    def raise_error(self) -> None:
+        """Raise what a call left in the error slots (and clear them)."""
         if self.err[0] < 0:  # (err[0] = -1: the column sums' partial rows, grouping.py)
             self.err[0] = 0
             raise MemoryError(f"{self.src.tensor.name}: no memory for per-thread partial sums")
@@ -142,7 +154,6 @@ class _Compiled:
             self.err[0] = self.err[1] = 0
             raise IndexError(f"{self.src.tensor.name}: gather {g.tensor}[...] index {g.axis} "
                              f"got value {value}, outside [0, {g.dim}) (from {g.index})")
-        return out
 
 
 def _c_strides(shape: tuple, itemsize: int) -> tuple:
@@ -171,6 +182,7 @@ class CpuProgram:
         self.dead_after = dead_after(self.plan)
         top = self.top = unit is None
         self.pool = BufferPool()
+        self.trace = threading.local()  # a step's trace, per thread (step_trace.py)
         unit = unit or _Unit()
         self.steps = []
         for kernel in self.plan.kernels:
@@ -199,6 +211,19 @@ class CpuProgram:
         return results
 
     def _run(self, feed: dict) -> list[np.ndarray]:
+        if not self.top:  # a scan's step: by addresses once traced (step_trace.py)
+            trace = getattr(self.trace, "made", None)
+            if trace is not None:
+                results = trace.run(feed)
+                if results is not None:
+                    return results
+            results = self._run_kernels(feed)
+            if trace is None and not hasattr(self.trace, "made"):
+                self.trace.made = StepTrace.make(self, feed, _THREADS)
+            return results
+        return self._run_kernels(feed)
+
+    def _run_kernels(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
         for k, kernel in enumerate(self.plan.kernels):
             step = self.steps[k]

@@ -213,6 +213,12 @@ class _Recipe:
         self.taken = False  # the first thread to replay uses the snapshots themselves
 
     def run(self, inputs: list[np.ndarray], out: np.ndarray, threads: int) -> np.ndarray:
+        self.replay([*map(data_address, inputs), data_address(out)], out, threads)
+        return out
+
+    def replay(self, addresses: list[int], out: np.ndarray, threads: int) -> None:
+        """The logged calls on the inputs and output at ``addresses`` (the output last;
+        ``out`` is that output, zeroed first when the products do not cover it)."""
         owned = getattr(self.local, "addresses", None)
         if owned is None:  # this thread's copies of the owned buffers
             with self.lock:  # (the bytes the calls write are rewritten before each read)
@@ -222,10 +228,9 @@ class _Recipe:
             owned = self.local.addresses = [a.ctypes.data for a in arrays]
         if not self.covers:
             out.fill(0)
-        bases = [*map(data_address, inputs), data_address(out), *owned]
+        bases = addresses + owned
         for call, operands in self.actions:
             call.run(*[bases[k] + offset for k, offset in operands], threads)
-        return out
 
 
 _MISSING = object()

@@ -1,0 +1,135 @@
+"""A scan's step program run by addresses: the per-step Python of ``CpuProgram`` cut out.
+
+A scan calls its step program once per step (an LSTM: 50 steps, each a ``32 x 256 x 1024``
+product and one fused kernel of about 0.1 ms and 30 us). The general path spends some
+40 us a step in Python around them: a feed dictionary copied, the pool asked for every
+output, each read's layout checked, a contraction's layout key built and looked up.
+
+Every step feeds arrays of the same layouts (rows of the same histories and inputs), so
+after the step program has run once the work of a step is fixed: ``StepTrace`` holds, per
+kernel, the compiled function or the contraction's recorded calls (``replay.py``), and
+where each of its operands lies. An operand is either
+
+- a placeholder of the step (a lagged state row, a row of an input, a whole input, the
+  step number): its address is read from the feed at each step, after checking that the
+  array has the dtype and strides the trace was made for, or
+- a tensor the step computes: a buffer of the trace, allocated once.
+
+A step whose feed differs in layout (``None`` from ``run``) takes the general path. The
+outputs are the trace's buffers, rewritten by the next step: the scan copies each row out
+before it (``scan_run._Stepper``). A trace is made per thread, so two threads running one
+program never share its buffers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .replay import ReplayedContraction, data_address
+
+
+class StepTrace:
+    """The kernels of ``program`` (a ``CpuProgram`` of a scan step), bound to buffers
+    after a run on ``feed``; ``make`` returns None where a kernel is not one of the two
+    kinds a trace can make (a compiled kernel, a contraction with a recorded layout)."""
+
+    @classmethod
+    def make(cls, program, feed: dict, threads: int) -> StepTrace | None:
+        from .program import _Compiled
+
+        kinds = (_Compiled, ReplayedContraction)
+        if not all(isinstance(s, kinds) for s in program.steps):
+            return None
+        if not all(type(a) is np.ndarray for a in feed.values()):
+            return None
+        trace = cls(program, feed, threads)
+        return trace if trace.calls is not None else None
+
+    def __init__(self, program, feed: dict, threads: int):
+        self.threads = threads
+        self.slot: dict = {}  # tensor -> index in the address list
+        self.fed: list = []  # (slot, placeholder, dtype, strides) read from the feed
+        self.buffers: dict = {}  # computed tensor -> its buffer
+        for p, a in feed.items():
+            self.fed.append((self._slot(p), p, a.dtype, a.strides))
+        self.calls: list | None = []
+        for kernel, step in zip(program.plan.kernels, program.steps, strict=True):
+            call = (self._kernel(step) if kernel.kind == "general"
+                    else self._contraction(step, kernel.tensor, feed))
+            if call is None:
+                self.calls = None
+                return
+            self.calls.append(call)
+        self.outputs = [(self.buffers.get(t), t) for t in program.plan.outputs]
+        for buffer, t in self.outputs:
+            if buffer is None and t not in feed:
+                self.calls = None
+                return
+        self.addresses = [0] * len(self.slot)
+        for t, buffer in self.buffers.items():
+            self.addresses[self.slot[t]] = data_address(buffer)
+
+    def _slot(self, t) -> int:
+        if t not in self.slot:
+            self.slot[t] = len(self.slot)
+        return self.slot[t]
+
+    def _buffer(self, t, shape, dtype) -> int:
+        self.buffers[t] = np.empty(shape, dtype)
+        return self._slot(t)
+
+    def _kernel(self, compiled):
+        """``call(addresses)`` for a compiled kernel: its outputs in buffers of the trace;
+        a read must be a C-order array of its dtype (a fed one is checked at each step)."""
+        src = compiled.src
+        slots = [self._buffer(src.tensor, compiled.shape, compiled.dtype)]
+        slots += [self._buffer(u, shape, dtype) for u, shape, dtype in compiled.written]
+        for a, dtype, strides in compiled.reads:
+            if a in self.buffers:
+                slots.append(self.slot[a])
+                continue
+            known = [(p_dtype, p_strides) for _, p, p_dtype, p_strides in self.fed if p is a]
+            if known != [(dtype, strides)]:
+                return None  # (the general path copies such a read to C order)
+            slots.append(self.slot[a])
+        fn, pointers, err = compiled.bound(), compiled.pointers, compiled.err_address
+
+        def call(addresses):
+            fn(pointers(*[addresses[k] for k in slots]), err, self.threads)
+            if compiled.err[0]:
+                compiled.raise_error()
+
+        return call
+
+    def _contraction(self, contraction: ReplayedContraction, tensor, feed: dict):
+        """``call(addresses)`` through the contraction's recorded calls for the layout its
+        operands have (recorded by the run before the trace)."""
+        arrays = {**feed, **self.buffers}
+        if any(t not in arrays for t in contraction.tensors):
+            return None
+        inputs = [arrays[t] for t in contraction.tensors]
+        key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
+        recipe = contraction.recipes.get(key)
+        if recipe is None:
+            return None
+        c = contraction.c
+        out = self.buffers[tensor] = np.empty(c.shape, c.dtype)
+        slots = [self.slot[t] for t in contraction.tensors] + [self._slot(tensor)]
+        threads = self.threads
+
+        def call(addresses):
+            recipe.replay([addresses[k] for k in slots], out, threads)
+
+        return call
+
+    def run(self, feed: dict) -> list | None:
+        """The step's outputs, or None where the feed's layouts are not the trace's."""
+        addresses = self.addresses
+        for slot, p, dtype, strides in self.fed:
+            a = feed[p]
+            if type(a) is not np.ndarray or a.dtype is not dtype or a.strides != strides:
+                return None
+            addresses[slot] = data_address(a)
+        for call in self.calls:
+            call(addresses)
+        return [feed[t] if buffer is None else buffer for buffer, t in self.outputs]
