@@ -11,10 +11,12 @@ bias) over the last dim of 4096x1024; LSTM L=50, N=32, I=128, H=256. ``--quick``
 same ops on small shapes. Rows per case, each one program per side:
 
 - forward: tegrad ``tg.build(inputs, out)``; torch under ``no_grad``; ``jax.jit(f)``.
-- backward: tegrad ``tg.build(inputs + [head], tg.gradient(out, inputs, head))`` (the
-  gradient program recomputes what it needs of the forward); torch
-  ``torch.autograd.grad`` of a retained graph; JAX a jitted ``jax.vjp`` (it recomputes
-  the forward too).
+- backward: tegrad ``tg.build_vjp``'s backward, on what its forward kept (that forward
+  run once, untimed); torch ``torch.autograd.grad`` of a retained graph; JAX a jitted
+  application of ``jax.vjp``'s pullback (its residuals from one forward, untimed).
+  ``--backward recompute`` times tegrad's gradient program alone instead
+  (``tg.build(inputs + [head], tg.gradient(out, inputs, head))``), which recomputes the
+  forward values it needs at every call.
 - forward+backward: one program returning the output and the gradients; torch a forward
   and ``autograd.grad``; JAX ``jax.vjp`` and its pullback in one jitted function.
 
@@ -99,7 +101,7 @@ def bench_case(case, args, threads, use_jax) -> tuple[list[dict], list[dict], fl
     """Check, then time, the three rows of ``case``: (rows, check records, other load)."""
     graph = case.graph()
     arrays, head = case.make_arrays(graph)
-    teg = tegrad_programs(graph, args.target)
+    teg = tegrad_programs(graph, args.target, arrays, args.backward)
     ref = torch_programs(case, arrays, head)
     jx = jax_programs(case, arrays, head) if use_jax else None
 
@@ -262,6 +264,9 @@ def report(result, markdown: bool) -> None:
         f"{m['jax'] if result['jax_used'] else '(skipped)'} jit; float32; median of "
         f"{result['runs']} runs"
         + (" (--quick shapes)" if result["quick"] else ""))
+    say("tegrad's backward row: " + (
+        "tg.build_vjp's backward on what its forward kept" if result["tegrad_backward"] ==
+        "saved" else "the gradient program alone, recomputing the forward values it needs"))
     say(f"machine: {m['cpu_model']}, {m['cpus']} CPUs ({m['cpus_usable']} usable), "
         f"load average {', '.join(map(str, m['load_average']))}")
     say(f"threads: torch {th['torch']}; {th['blas']}; tegrad's products: "
@@ -356,6 +361,9 @@ def main(argv=None) -> int:
                         help=f"write the results here ({DEFAULT_JSON.relative_to(HERE.parent)})")
     parser.add_argument("--markdown", action="store_true", help="print GitHub tables")
     parser.add_argument("--no-jax", action="store_true", help="leave JAX out")
+    parser.add_argument("--backward", choices=("saved", "recompute"), default="saved",
+                        help="tegrad's backward row: tg.build_vjp's backward on what its "
+                        "forward kept (saved), or the gradient program alone (recompute)")
     parser.add_argument("--no-compile", action="store_true",
                         help="skip the first-call measurements in new processes")
     parser.add_argument("--pause", type=float, help="seconds of pause before each turn "
@@ -403,7 +411,8 @@ def main(argv=None) -> int:
     for r in rows:
         r["pct_sgemm"] = 100 * r["tegrad_gflops"] / sgemm
     result = {"suite": "bench_cpu", "target": args.target, "quick": args.quick,
-              "runs": args.runs, "pause_s": args.pause, "jax_used": use_jax, "tolerance": TOLERANCE,
+              "tegrad_backward": args.backward, "runs": args.runs, "pause_s": args.pause,
+              "jax_used": use_jax, "tolerance": TOLERANCE,
               "machine": machine_info(),
               "threads": thread_info(threads, blas_line), "sgemm_gflops": sgemm,
               "other_load_cores": statistics.mean(loads) if loads else None,

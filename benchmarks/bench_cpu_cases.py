@@ -102,14 +102,30 @@ def _torch_functional(fn):
 # the three sides ---------------------------------------------------------------------------
 
 
-def tegrad_programs(graph: Graph, target: str) -> dict:
+def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved") -> dict:
     """Row -> ``fn(arrays, head)`` returning the row's arrays (the output, the gradients
-    of all inputs, or both): three programs from ``tg.build``."""
+    of all inputs, or both). Forward: ``tg.build`` of the output; forward+backward: one
+    ``tg.build`` of both. Backward, ``saved``: ``tg.build_vjp``'s backward on what its
+    forward kept, that forward run once here on ``arrays`` (as torch's graph is built
+    once); ``recompute``: ``tg.build`` of the gradients alone, which recomputes the forward
+    values it needs at every call."""
     ins, out, head, grads = graph.inputs, graph.out, graph.head, graph.grads
     fwd = tg.build(ins, [out], target=target)
-    bwd = tg.build([*ins, head], grads, target=target)
     both = tg.build([*ins, head], [out, *grads], target=target)
-    return {"forward": lambda a, h: fwd(*a), "backward": lambda a, h: bwd(*a, h),
+    if backward == "saved":
+        keep, pullback = tg.build_vjp(ins, out, target=target)
+        saved = keep(*arrays)[1]
+
+        def bwd(a, h):
+            return pullback(saved, h)
+    elif backward == "recompute":
+        program = tg.build([*ins, head], grads, target=target)
+
+        def bwd(a, h):
+            return program(*a, h)
+    else:
+        raise ValueError(f"backward: saved or recompute, not {backward!r}")
+    return {"forward": lambda a, h: fwd(*a), "backward": bwd,
             "forward+backward": lambda a, h: both(*a, h)}
 
 
@@ -138,24 +154,25 @@ def torch_programs(case: Case, arrays, head) -> dict:
 
 
 def jax_programs(case: Case, arrays, head) -> dict:
-    """Row -> ``fn()`` returning JAX arrays (waited for): ``jax.jit`` of the forward, of
-    ``jax.vjp``'s pullback applied to the head (the forward recomputed inside), and of
-    both in one function."""
+    """Row -> ``fn()`` returning JAX arrays (waited for): ``jax.jit`` of the forward; a
+    jitted application of ``jax.vjp``'s pullback (its residuals, from one forward here)
+    to the head; ``jax.vjp`` and its pullback in one jitted function."""
     import jax
 
     f = case.jax_forward
     args = [jax.device_put(a) for a in arrays]
     h = jax.device_put(head)
     fwd = jax.jit(f)
-    bwd = jax.jit(lambda h, *a: jax.vjp(f, *a)[1](h))
+    _, pullback = jax.vjp(f, *args)
+    bwd = jax.jit(lambda pull, h: pull(h))
 
     @jax.jit
     def both(h, *a):
-        out, pullback = jax.vjp(f, *a)
-        return (out, *pullback(h))
+        out, pull = jax.vjp(f, *a)
+        return (out, *pull(h))
 
     return {"forward": lambda: [jax.block_until_ready(fwd(*args))],
-            "backward": lambda: list(jax.block_until_ready(bwd(h, *args))),
+            "backward": lambda: list(jax.block_until_ready(bwd(pullback, h))),
             "forward+backward": lambda: list(jax.block_until_ready(both(h, *args)))}
 
 

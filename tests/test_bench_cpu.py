@@ -57,6 +57,22 @@ def test_smoke_checked_every_row_and_wrote_the_summary(smoke):
     assert result["sgemm_gflops"] > 0 and result["threads"]["torch"] >= 1
     assert isinstance(result["summary"]["softmax_backward_beats_torch"], bool)
     assert "summary: median tegrad/torch" in stdout
+    assert result["tegrad_backward"] == "saved" and "forward kept" in stdout
+
+
+@pytest.mark.parametrize("backward", ["saved", "recompute"])
+def test_both_backward_programs_give_the_gradients(backward):
+    """The backward row's two tegrad programs: ``tg.build_vjp``'s backward on what its
+    forward kept, and the gradient program alone."""
+    case = cases_module.lstm_case(3, 2, 4, 5)
+    graph = case.graph()
+    arrays, head = case.make_arrays(graph)
+    programs = cases_module.tegrad_programs(graph, "numpy", arrays, backward)
+    both = programs["forward+backward"](arrays, head)
+    for got, want in zip(programs["backward"](arrays, head), both[1:], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="saved or recompute"):
+        cases_module.tegrad_programs(graph, "numpy", arrays, "both")
 
 
 @pytest.mark.parametrize("perturb, ok", [(0.0, True), (1e-7, True), (1e-2, False)])

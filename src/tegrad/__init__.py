@@ -9,7 +9,7 @@
 """
 
 from . import models, nn, optim
-from .backends import build, evaluate
+from .backends import build, build_vjp, evaluate
 from .check import GradCheckReport, check_gradient, check_vjp
 from .differentiate import gradient
 from .differentiate import jvp as _tensor_jvp
@@ -110,6 +110,7 @@ __all__ = [
     "argmax",
     "argmin",
     "build",
+    "build_vjp",
     "cast",
     "ceil",
     "check_gradient",

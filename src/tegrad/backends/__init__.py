@@ -3,5 +3,6 @@
 from __future__ import annotations
 
 from .runtime import build, evaluate
+from .vjp import Saved, build_vjp
 
-__all__ = ["build", "evaluate"]
+__all__ = ["Saved", "build", "build_vjp", "evaluate"]

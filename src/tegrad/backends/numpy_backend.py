@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..lower.plan import Plan, written
+from ..lower.plan import Plan, reads_and_makes
 from .numpy_eval import evaluate_compute
 from .numpy_kernels import run_kernel
 from .scan_run import run_scan
@@ -31,19 +31,10 @@ class NumpyProgram:
 def dead_after(plan: Plan) -> list[list]:
     """Per kernel, the computed tensors whose last reader it is (outputs are kept): the
     peak memory of a program is then what is live at once, not everything it made."""
-    from ..ir.traverse import tensors_read
-
     made, last = set(), {}
     for k, kernel in enumerate(plan.kernels):
-        if kernel.kind == "scan":
-            op = kernel.detail.op
-            reads = [*op.inits, *op.external]
-            made.update(kernel.detail.outputs)
-        else:
-            body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
-            also = written(kernel)  # tensors its loops also write
-            reads = [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]
-            made.update([kernel.tensor, *(t for t, _ in also)])
+        reads, makes = reads_and_makes(kernel)
+        made.update(makes)
         for t in reads:
             last[t] = k
     keep = set(plan.outputs)

@@ -39,6 +39,26 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     _check_signature(ins, outs)
+    from ..lower.plan import plan
+
+    target, (program,) = _programs(lambda: [(plan(outs), ins)], target)
+    expected = _expected(ins)
+
+    def run(*arrays):
+        results = program.run(_feed(expected, arrays))
+        return results[0] if single else tuple(results)
+
+    run.inputs = ins
+    run.outputs = outs
+    run.program = program
+    run.target = target
+    return run
+
+
+def _programs(make_plans, target: str | None) -> tuple[str, list]:
+    """``(target, programs)``: one program per ``(plan, inputs)`` of ``make_plans()`` for the
+    target (None: the fastest available; if that is the compiled one and it cannot build
+    for this machine, the NumPy backend, with a warning)."""
     chosen = target is None
     target = target or default_target()
     if target == "cuda":
@@ -48,52 +68,46 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
         )
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
-    from ..lower.plan import plan
+    made = make_plans()
+    from .numpy_backend import NumpyProgram
 
-    if target == "cpu":
-        from .cpu.compiler import CompilerMissing, compiler
+    if target == "numpy":
+        return target, [NumpyProgram(p, ins) for p, ins in made]
+    from .cpu.compiler import CompilerMissing, compiler
 
-        if compiler() is None:
-            raise CompilerMissing("target 'cpu' needs a C compiler (set CC or install gcc); "
-                                  "target=None falls back to 'numpy'")
-        from .cpu.program import CpuProgram as Program
-    else:
-        from .numpy_backend import NumpyProgram as Program
+    if compiler() is None:
+        raise CompilerMissing("target 'cpu' needs a C compiler (set CC or install gcc); "
+                              "target=None falls back to 'numpy'")
+    from .cpu.program import CpuProgram
 
     try:
-        program = Program(plan(outs), ins)
+        return target, [CpuProgram(p, ins) for p, ins in made]
     except CompileError as error:
         if not chosen:
             raise
         # the compiler is there but cannot build for this machine (no OpenMP, no libmvec):
         # the target was ours to choose, so run on the reference backend and say why
         warnings.warn(f"the compiled cpu target failed ({str(error).splitlines()[0]}); "
-                      "running on the NumPy backend", RuntimeWarning, stacklevel=2)
-        from .numpy_backend import NumpyProgram
+                      "running on the NumPy backend", RuntimeWarning, stacklevel=3)
+        return "numpy", [NumpyProgram(p, ins) for p, ins in make_plans()]  # planned anew
 
-        target, program = "numpy", NumpyProgram(plan(outs), ins)
 
-    expected = [(p, np.dtype(p.dtype), p.shape) for p in ins]
+def _expected(ins: list) -> list:
+    return [(p, np.dtype(p.dtype), p.shape) for p in ins]
 
-    def run(*arrays):
-        if len(arrays) != len(ins):
-            raise TypeError(
-                f"expected {len(ins)} arrays ({', '.join(p.name for p in ins)}), got {len(arrays)}"
-            )
-        feed = {}
-        for (p, dtype, shape), a in zip(expected, arrays, strict=True):
-            # an array of the placeholder's shape and (interned) dtype passes as it is:
-            # _coerce's checks cost about 9 us an input, as much as a small kernel
-            ok = type(a) is np.ndarray and a.dtype is dtype and a.shape == shape
-            feed[p] = a if ok else _coerce(p, a)
-        results = program.run(feed)
-        return results[0] if single else tuple(results)
 
-    run.inputs = ins
-    run.outputs = outs
-    run.program = program
-    run.target = target
-    return run
+def _feed(expected: list, arrays: tuple) -> dict:
+    """The feed of a call: each array checked against its placeholder."""
+    if len(arrays) != len(expected):
+        raise TypeError(f"expected {len(expected)} arrays "
+                        f"({', '.join(p.name for p, _, _ in expected)}), got {len(arrays)}")
+    feed = {}
+    for (p, dtype, shape), a in zip(expected, arrays, strict=True):
+        # an array of the placeholder's shape and (interned) dtype passes as it is:
+        # _coerce's checks cost about 9 us an input, as much as a small kernel
+        ok = type(a) is np.ndarray and a.dtype is dtype and a.shape == shape
+        feed[p] = a if ok else _coerce(p, a)
+    return feed
 
 
 def evaluate(outputs, feed: dict, target: str | None = None):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from ..ir.scan import LAG_READS, ScanOutput
 from ..ir.tensor import Compute, Tensor
-from ..ir.traverse import topo_tensors
+from ..ir.traverse import tensors_read, topo_tensors
 from ..ir.verify import IRError, verify_compute
 
 
@@ -77,6 +77,18 @@ def written(kernel: Kernel) -> tuple:
     grouping on the compiled target), else none."""
     detail = kernel.detail
     return detail.written() if isinstance(detail, Fused) else ()
+
+
+def reads_and_makes(kernel: Kernel) -> tuple[list[Tensor], list[Tensor]]:
+    """The tensors ``kernel`` reads (its fused body's, and those of what its loops also
+    write) and those it makes (a scan: its histories and kept step values)."""
+    if kernel.kind == "scan":
+        op = kernel.detail.op
+        return [*op.inits, *op.external], list(kernel.detail.outputs)
+    body_of = getattr(kernel.detail, "body_of", kernel.tensor)  # a fused kernel's rest
+    also = written(kernel)
+    reads = [*tensors_read(body_of.body), *(r for _, b in also for r in tensors_read(b))]
+    return reads, [kernel.tensor, *(t for t, _ in also)]
 
 
 def _kernel_form(t: Compute):

@@ -1,9 +1,9 @@
 """A scan's step program run by addresses: the per-step Python of ``CpuProgram`` cut out.
 
 A scan calls its step program once per step (an LSTM: 50 steps, each a ``32 x 256 x 1024``
-product and one fused kernel of about 0.1 ms and 30 us). The general path spends some
-40 us a step in Python around them: a feed dictionary copied, the pool asked for every
-output, each read's layout checked, a contraction's layout key built and looked up.
+product and one fused kernel). The general path does Python work around them at every
+step: a feed dictionary copied, the pool asked for every output, each read's layout
+checked, a contraction's layout key built and looked up.
 
 Every step feeds arrays of the same layouts (rows of the same histories and inputs), so
 after the step program has run once the work of a step is fixed: ``StepTrace`` holds, per

@@ -1,0 +1,112 @@
+"""``tg.build_vjp``: a forward that keeps what its backward reads, and that backward.
+
+``tg.build([*inputs, head], grads)`` makes a gradient program that recomputes the forward
+values it needs. A framework's autograd instead runs the forward once, keeps some of its
+values, and runs the backward later on them. ``build_vjp`` does that: the plan of the
+output and its gradients is cut where the backward begins (``lower/split.py``); the
+forward returns the output and a ``Saved`` holding what the backward reads (inputs and
+forward values: an LSTM's hidden and cell histories and its ``h W_hh^T`` per step), and
+the backward takes that and a head. The backward is as generated as any other: nothing is
+hand-written, only the program is cut in two.
+
+The forward keeps references to the input arrays the backward reads, not copies (as
+``torch.autograd`` saves tensors): changing them in place before the backward changes
+the gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..ir import dtype as dt
+from ..ir.tensor import Tensor, placeholder
+from .runtime import _check_signature, _coerce, _expected, _feed, _programs
+
+
+class Saved:
+    """What one forward call kept for its backward: ``names`` and ``nbytes`` say what and
+    how much (arrays held, inputs included)."""
+
+    __slots__ = ("_pair", "_values")
+
+    def __init__(self, pair: object, values: dict):
+        self._pair = pair
+        self._values = values
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self._values]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(a, "nbytes", 0) for a in self._values.values())
+
+    def __repr__(self) -> str:
+        return f"Saved({len(self._values)} tensors, {self.nbytes} bytes)"
+
+
+def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | None = None,
+              target: str | None = None):
+    """``(forward, backward)``: ``forward(*arrays) -> (output array, saved)`` and
+    ``backward(saved, head) -> tuple of gradients``, one per tensor of ``wrt`` (default:
+    every float input), each of its input's shape."""
+    ins = list(inputs)
+    if not isinstance(output, Tensor):
+        raise TypeError(f"build_vjp: output must be one tegrad Tensor, got "
+                        f"{type(output).__name__}")
+    _check_signature(ins, [output])
+    if not dt.is_float(output.dtype):
+        raise ValueError(f"build_vjp: output {output.name} is {output.dtype}; only a float "
+                         "output has a gradient")
+    wrt = [p for p in ins if dt.is_float(p.dtype)] if wrt is None else list(wrt)
+    for p in wrt:
+        if not any(p is q for q in ins):
+            raise ValueError(f"build_vjp: {getattr(p, 'name', p)} in wrt is not in inputs")
+        if not dt.is_float(p.dtype):
+            raise ValueError(f"build_vjp: {p.name} in wrt is {p.dtype}; only float inputs "
+                             "have gradients")
+    if not wrt:
+        raise ValueError("build_vjp: no float input to differentiate with respect to")
+    from ..differentiate import gradient
+    from ..lower.plan import plan
+    from ..lower.split import split_plan
+
+    head = placeholder(output.shape, output.dtype, f"{output.name}.head")
+    grads = list(gradient(output, wrt, head))
+    cut: list = []
+
+    def plans():
+        first, second, residuals, read = split_plan(plan([output, *grads]), [output], grads)
+        kept_inputs = [p for p in read if p is not head]
+        cut[:] = [residuals, kept_inputs]
+        return [(first, ins), (second, [*kept_inputs, *residuals, head])]
+
+    target, (forward_program, backward_program) = _programs(plans, target)
+    residuals, kept_inputs = cut
+    expected = _expected(ins)
+    pair = object()  # the identity a Saved is checked against
+
+    def forward(*arrays):
+        feed = _feed(expected, arrays)
+        results = forward_program.run(feed)
+        values = {p: feed[p] for p in kept_inputs}
+        made = dict(zip(forward_program.plan.outputs, results, strict=True))
+        values.update((t, made[t]) for t in residuals)
+        return results[0], Saved(pair, values)
+
+    def backward(saved, head_array):
+        if not isinstance(saved, Saved) or saved._pair is not pair:
+            raise TypeError("backward: saved must be what this pair's forward returned, got "
+                            f"{type(saved).__name__}")
+        ok = (type(head_array) is np.ndarray and head_array.dtype == np.dtype(head.dtype)
+              and head_array.shape == head.shape)
+        feed = {**saved._values, head: head_array if ok else _coerce(head, head_array)}
+        return tuple(backward_program.run(feed))
+
+    for f, program in ((forward, forward_program), (backward, backward_program)):
+        f.program, f.target = program, target
+    forward.inputs, forward.output = ins, output
+    backward.wrt, backward.head, backward.saved_tensors = wrt, head, [*kept_inputs, *residuals]
+    return forward, backward
