@@ -27,20 +27,21 @@ from ..ir.tensor import Tensor, compute, placeholder, unique_name
 __all__ = ["cumprod", "cumsum", "gru", "logcumsumexp", "lstm", "rnn"]
 
 
-def _projection(x: Tensor, weight: Tensor, bias: Tensor | None, name: str) -> Tensor:
-    """``P[t, n, j] = sum_k x[t - 1, n, k] W[j, k] (+ b[j])`` for every step at once,
-    aligned with the state's rows (row ``t`` of the state is step ``t - 1`` of ``x``;
-    row 0, the initial state, gets zeros)."""
+def _projection(x: Tensor, weight: Tensor, bias: Tensor | None, name: str):
+    """``px(t, n, j)``: the input projection of the state's row ``t``, which is step
+    ``t - 1`` of ``x`` (row 0, the initial state, gets zeros):
+    ``P[t - 1, n, j] (+ b[j])`` with ``P[t, n, j] = sum_k x[t, n, k] W[j, k]`` for every
+    step at once. The scan reads row ``t - 1`` of ``P`` and the bias itself: no shifted
+    copy of the projection is made."""
     k = reduce_axis(x.shape[2], name="k")
     prod = compute((x.shape[0], x.shape[1], weight.shape[0]),
                    lambda t, n, j: tsum(x[t, n, k] * weight[j, k], axis=k), name=name)
-    rows = (x.shape[0] + 1, x.shape[1], weight.shape[0])
 
-    def aligned(t, n, j):
+    def px(t, n, j):
         value = prod[t - 1, n, j] if bias is None else prod[t - 1, n, j] + bias[j]
         return if_then_else(t >= 1, value, 0.0)
 
-    return compute(rows, aligned, name=f"{name}.rows")
+    return px
 
 
 def _recurrent_product(state, weight: Tensor, name: str) -> Tensor:
@@ -80,7 +81,7 @@ def rnn(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, nonlinearity="t
         return tanh(v) if nonlinearity == "tanh" else _relu(v)
 
     update = compute(h.shape, lambda t, n, j: act(
-        px[t, n, j] + ph[t, n, j] + _hidden_bias(bias_hh, j)), name=f"{name}.update")
+        px(t, n, j) + ph[t, n, j] + _hidden_bias(bias_hh, j)), name=f"{name}.update")
     history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name, checkpoint=checkpoint)
     return _steps(history, f"{name}.output")
 
@@ -104,7 +105,7 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None,
     ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
     # one compute per gate (i, f, g, o): their derivatives are then separate elementwise
     # tensors, not one tensor of four guarded column blocks
-    gates = [compute(c.shape, lambda t, n, j, k=k: px[t, n, k * hidden + j]
+    gates = [compute(c.shape, lambda t, n, j, k=k: px(t, n, k * hidden + j)
                      + ph[t, n, k * hidden + j] + _hidden_bias(bias_hh, k * hidden + j),
                      name=f"{name}.gate{'ifgo'[k]}") for k in range(4)]
 
@@ -136,7 +137,7 @@ def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None, *,
 
     def pre(t, n, j, k):
         col = k * hidden + j
-        return px[t, n, col], ph[t, n, col] + _hidden_bias(bias_hh, col)
+        return px(t, n, col), ph[t, n, col] + _hidden_bias(bias_hh, col)
 
     def update_fn(t, n, j):
         xr, hr = pre(t, n, j, 0)
