@@ -602,6 +602,19 @@ def test_scan_steps_run_by_their_trace_as_the_general_path_does(monkeypatch):
     traced = tg.build([*ps, head], [out, *grads], target="cpu")
     got = [traced(*arrays), traced(*arrays)]  # the trace is made by the first call's step 1
     assert all(isinstance(s.trace.made, step_trace.StepTrace) for s in _scan_steps(traced))
+    written = []  # per step: outputs the trace wrote straight into their history rows
+
+    def counting(run):
+        def counted(feed, targets=None):
+            values = run(feed, targets)
+            written.append(sum(v is r for v, r in zip(values, targets, strict=True)))
+            return values
+        return counted
+
+    for scan in _scan_steps(traced):
+        scan.trace.made.run = counting(scan.trace.made.run)
+    got.append(traced(*arrays))
+    assert len(written) == 2 * steps and all(written), written  # forward and adjoint steps
     monkeypatch.setattr(step_trace.StepTrace, "make", classmethod(lambda cls, *a: None))
     general = tg.build([*ps, head], [out, *grads], target="cpu")
     want = general(*arrays)
@@ -653,7 +666,7 @@ def test_a_step_fed_rows_of_another_layout_takes_the_general_path():
     assert trace is not None
     answers = []
     traced_run = trace.run
-    trace.run = lambda feed: answers.append(traced_run(feed)) or answers[-1]
+    trace.run = lambda *args: answers.append(traced_run(*args)) or answers[-1]
     strided = np.asfortranarray(rng.standard_normal(x.shape))
     assert strided[1].strides != xv[1].strides
     np.testing.assert_allclose(f(strided, av), _decaying_sum_reference(strided, av),

@@ -54,33 +54,34 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
         histories.append(history)
     states, k = len(histories), op.init_rows
 
-    def write(n: int, t: int, value) -> None:
-        if n < states:
-            histories[n][t] = value
-        else:
-            kept[n - states][t - k] = value
+    def target(n: int, t: int) -> np.ndarray:
+        return histories[n][t] if n < states else kept[n - states][t - k]
 
-    stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], write)
+    stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], target)
     made.update(zip(op.outputs, histories, strict=True))
     return made
 
 
 class _Stepper:
-    """The step program with its inputs: ``run(start, stop, read_row, write_row)`` runs
-    steps ``[start, stop)``, reading lagged state rows through ``read_row(n, r)`` and
-    handing each new row to ``write_row(n, t, value)`` (which copies it: a program may
-    reuse its output buffers)."""
+    """The step program with its inputs: ``run(start, stop, read_row, target)`` runs
+    steps ``[start, stop)``, reading lagged state rows through ``read_row(n, r)``; output
+    ``n`` of step ``t`` goes to the array ``target(n, t)`` (None: nowhere). A program with
+    ``run_into(feed, targets)`` may write its outputs there itself (it returns a target
+    for each output it wrote); every other output is copied there (a program may reuse
+    its output buffers)."""
 
     def __init__(self, kernel, arrays: dict, make_program):
         step = kernel.step
         self.step = step
+        self.outputs = range(len(kernel.plan.outputs))  # the states, then kept step values
         self.program = make_program(kernel.plan, step.placeholders())
         self.sliced = [(p, a, b, arrays[u]) for (u, a, b), p in step.sliced.items()]
         self.feed = {t: arrays[t] for t in step.full}
         self.zeros: dict = {}
 
-    def run(self, start: int, stop: int, read_row, write_row) -> None:
+    def run(self, start: int, stop: int, read_row, target) -> None:
         step, feed = self.step, self.feed
+        run_into, outputs = getattr(self.program, "run_into", None), self.outputs
         for t in range(start, stop):
             for (n, lag), p in step.lagged.items():
                 feed[p] = read_row(n, t - lag) if t - lag >= 0 else self._zeros(p)
@@ -88,8 +89,11 @@ class _Stepper:
                 row = a * t + b
                 feed[p] = array[row] if 0 <= row < array.shape[0] else self._zeros(p)
             feed[step.time] = np.asarray(t, step.time.dtype)
-            for n, value in enumerate(self.program.run(feed)):
-                write_row(n, t, value)
+            targets = [target(n, t) for n in outputs]
+            values = self.program.run(feed) if run_into is None else run_into(feed, targets)
+            for value, row in zip(values, targets, strict=True):
+                if row is not None and value is not row:
+                    row[...] = value
         for p in [*step.lagged.values(), *step.sliced.values()]:  # rows are views: do not
             feed.pop(p, None)  # keep a segment's buffer alive through them
 
@@ -168,17 +172,16 @@ class _Checkpoints:
 
         states, kept = len(self.op.states), self.kept
 
-        def write(n: int, t: int, value) -> None:
+        def target(n: int, t: int) -> np.ndarray | None:
             if n in buffers:
-                buffers[n][t - start] = value
-            elif not forward:  # a recompute: states kept whole and kept step values
-                return  # were written by the forward run
-            elif n < states:
-                whole[n][t] = value
-            else:
-                kept[n - states][t - self.op.init_rows] = value
+                return buffers[n][t - start]
+            if not forward:  # a recompute: states kept whole and kept step values
+                return None  # were written by the forward run
+            if n < states:
+                return whole[n][t]
+            return kept[n - states][t - self.op.init_rows]
 
-        self.stepper.run(start, stop, self._reader(j, buffers), write)
+        self.stepper.run(start, stop, self._reader(j, buffers), target)
         return buffers
 
     def row(self, n: int, r: int) -> np.ndarray:

@@ -223,6 +223,16 @@ class CpuProgram:
             return results
         return self._run_kernels(feed)
 
+    def run_into(self, feed: dict, targets: list) -> list:
+        """A scan step (``scan_run._Stepper``): its outputs written into ``targets``
+        where the step runs by its trace."""
+        trace = getattr(self.trace, "made", None)
+        if trace is not None:
+            results = trace.run(feed, targets)
+            if results is not None:
+                return results
+        return self._run(feed)
+
     def _run_kernels(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
         for k, kernel in enumerate(self.plan.kernels):

@@ -15,10 +15,11 @@ where each of its operands lies. An operand is either
   array has the dtype and strides the trace was made for, or
 - a tensor the step computes: a buffer of the trace, allocated once.
 
-A step whose feed differs in layout (``None`` from ``run``) takes the general path. The
-outputs are the trace's buffers, rewritten by the next step: the scan copies each row out
-before it (``scan_run._Stepper``). A trace is made per thread, so two threads running one
-program never share its buffers.
+A step whose feed differs in layout (``None`` from ``run``) takes the general path. A
+computed output is written straight into the row the scan gives for it (its history's
+row ``t``, ``scan_run._Stepper``), when that row has its buffer's layout; otherwise into
+the trace's buffer, rewritten by the next step, which the scan copies out first. A trace
+is made per thread, so two threads running one program never share its buffers.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class StepTrace:
         self.addresses = [0] * len(self.slot)
         for t, buffer in self.buffers.items():
             self.addresses[self.slot[t]] = data_address(buffer)
+        self.current = dict(self.buffers)  # where each computed tensor is written this step
 
     def _slot(self, t) -> int:
         if t not in self.slot:
@@ -113,23 +115,40 @@ class StepTrace:
         if recipe is None:
             return None
         c = contraction.c
-        out = self.buffers[tensor] = np.empty(c.shape, c.dtype)
+        self.buffers[tensor] = np.empty(c.shape, c.dtype)
         slots = [self.slot[t] for t in contraction.tensors] + [self._slot(tensor)]
         threads = self.threads
 
         def call(addresses):
-            recipe.replay([addresses[k] for k in slots], out, threads)
+            recipe.replay([addresses[k] for k in slots], self.current[tensor], threads)
 
         return call
 
-    def run(self, feed: dict) -> list | None:
-        """The step's outputs, or None where the feed's layouts are not the trace's."""
+    def run(self, feed: dict, targets: list | None = None) -> list | None:
+        """The step's outputs, or None where the feed's layouts are not the trace's. An
+        output with a target (an array of its buffer's layout: a row of a history) is
+        written there directly, and the target is returned for it."""
         addresses = self.addresses
         for slot, p, dtype, strides in self.fed:
             a = feed[p]
             if type(a) is not np.ndarray or a.dtype is not dtype or a.strides != strides:
                 return None
             addresses[slot] = data_address(a)
+        if targets is not None:
+            current, slot = self.current, self.slot
+            placed = set()
+            for (buffer, t), row in zip(self.outputs, targets, strict=True):
+                if buffer is None or t in placed:
+                    continue
+                placed.add(t)
+                if (type(row) is np.ndarray and row.dtype is buffer.dtype
+                        and row.strides == buffer.strides and row.shape == buffer.shape):
+                    current[t] = row
+                else:
+                    current[t] = buffer
+                addresses[slot[t]] = data_address(current[t])
         for call in self.calls:
             call(addresses)
-        return [feed[t] if buffer is None else buffer for buffer, t in self.outputs]
+        results = [feed[t] if buffer is None else self.current[t] for buffer, t in self.outputs]
+        self.current.update(self.buffers)  # (a target row would keep its history alive)
+        return results
