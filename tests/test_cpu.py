@@ -303,30 +303,6 @@ def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
 
 
-def test_an_lstm_adjoint_step_makes_the_cell_adjoint_beside_the_cell_gradient():
-    """The adjoint step's cell gradient is read by the gate gradients, then by the cell
-    state's adjoint at its own point: the adjoint moves ahead of the gate gradients (it
-    reads nothing they make) and one kernel writes both."""
-    ps = [tg.placeholder(s, "float64", n) for s, n in
-          (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),
-           ((32, 8), "w_hh"), ((32,), "b_ih"), ((32,), "b_hh"))]
-    out = tg.nn.lstm(*ps, name="lstm")[0]
-    head = tg.placeholder(out.shape, "float64", "head")
-    grads = tg.gradient(out, ps, head=head)
-    f = tg.build([*ps, head], grads, target="cpu")
-    adjoint = _scan_steps(f)[-1].plan.kernels
-    assert [(k.tensor.name.split(".", 1)[1], [t.name.split(".", 1)[1] for t, _ in
-                                              k.detail.also]) for k in adjoint
-            if getattr(k.detail, "also", ())] == [
-        ("adj.update.lstm.c.step", ["step_loss.grad.lstm.c_new.step.adj1.step"])]
-    assert not any(k.tensor.name.endswith("c_new.step.adj1.step") for k in adjoint)
-    rng = np.random.default_rng(6)
-    arrays = [rng.standard_normal(p.shape) for p in [*ps, head]]
-    want = tg.build([*ps, head], grads, target="numpy")(*arrays)
-    for got, w in zip(f(*arrays), want, strict=True):
-        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
-
-
 def test_bad_gather_index_raises():
     E = tg.placeholder((5, 3), "float64", "E")
     idx = tg.placeholder((4,), "int64", "idx")

@@ -6,10 +6,7 @@ row mean, read by its variance and by its weight gradient. Run apart, both strea
 rows from memory. A kernel ``B`` takes an earlier kernel ``A`` of its shape into its loops
 (``Fused.also``) when
 
-* no kernel between them reads ``A`` (``A`` is then made where ``B`` is), or ``B`` reads
-  nothing the kernels between them make (both are then made where ``A`` is: an LSTM's
-  adjoint step makes its cell state's adjoint beside the cell gradient that the gate
-  gradients in between read), and
+* no kernel between them reads ``A`` (``A`` is then made where ``B`` is), and
 * ``B`` reads ``A``, only at its own point, ``A[i, j]`` inside ``B[i, j]``: those reads
   become ``A``'s body, which the code generator evaluates once per point (interned nodes)
   and stores into ``A``'s array as well;
@@ -65,18 +62,16 @@ def group(p: Plan) -> Plan:
 
 def _merge_into_each(kernels: list, absorb) -> None:
     """For each kernel ``k`` in turn, while ``absorb(kernels, k)`` gives ``(j, kernel k
-    with kernel j in its loops, where it runs: k or j)``, put that there and drop the
-    other of kernels ``j`` and ``k``."""
+    with kernel j in its loops)``, put that in place of ``k`` and drop kernel ``j``."""
     k = 0
     while k < len(kernels):
         merged = absorb(kernels, k)
         if merged is None:
             k += 1
             continue
-        j, kernel, at = merged
-        kernels[at] = kernel
-        del kernels[k if at == j else j]
-        k = min(k, at)
+        j, kernel = merged
+        kernels[k] = kernel
+        del kernels[j]
 
 
 def _absorb_rows(kernels: list, j: int, outputs: set):
@@ -138,7 +133,7 @@ def _absorb_column(kernels: list, k: int):
             if summand is not None and not set(tensors_read(summand)) & later:
                 detail = _fused(b)
                 fused = replace(detail, columns=(*detail.columns, (d.tensor, summand)))
-                return j, Kernel(b.tensor, "general", fused), k
+                return j, Kernel(b.tensor, "general", fused)
         later.update(_made(d))
     return None
 
@@ -167,20 +162,16 @@ def _made(kernel: Kernel) -> set:
 
 
 def _absorb(kernels: list, k: int):
-    """``(j, kernel k with kernel j in its loops, where it runs)`` for the nearest
-    earlier ``j`` that can join it, or None. It runs at ``k``, unless a kernel between
-    them reads kernel ``j``: then at ``j``, which kernel ``k`` may take when it reads
-    nothing those kernels make."""
+    """``(j, kernel k with kernel j in its loops)`` for the nearest earlier ``j`` that
+    can join it, or None."""
     b = kernels[k]
     if not _plain(b):
         return None
     body_b = _body(b)
     for j in range(k - 1, -1, -1):
         a = kernels[j]
-        between = kernels[j + 1:k]
-        if any(a.tensor in _reads(m) for m in between) and any(
-                _made(m) & _reads(b) for m in between):
-            continue  # read in between, and kernel k cannot run before those readers
+        if any(a.tensor in _reads(kernels[m]) for m in range(j + 1, k)):
+            continue  # read in between: it must exist before kernel k runs
         if not _plain(a) or a.tensor.shape != b.tensor.shape or _also(a):
             continue
         reads = [e for e in walk(body_b.body) if isinstance(e, Read) and e.tensor is a.tensor]
@@ -192,9 +183,7 @@ def _absorb(kernels: list, k: int):
         compute = make_compute(body_b.shape, body_b.axes,
                                inline(body_b.body, a.tensor, source), body_b.name)
         fused = replace(detail, body_of=compute, also=(*detail.also, (a.tensor, renamed)))
-        # read in between: the merged kernel runs where kernel j was, before its readers
-        at = j if any(a.tensor in _reads(m) for m in between) else k
-        return j, Kernel(b.tensor, "general", fused), at
+        return j, Kernel(b.tensor, "general", fused)
     return None
 
 
