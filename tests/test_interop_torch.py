@@ -335,3 +335,69 @@ def test_distributed_data_parallel_matches_one_process(tmp_path):
         grads = torch.load(tmp_path / f"rank{rank}.pt")
         for g, p in zip(grads, model.parameters(), strict=True):
             torch.testing.assert_close(g, p.grad, rtol=1e-12, atol=1e-14)
+
+
+def _lstm_output(x, h0, c0, w_ih, w_hh, b_ih, b_hh):
+    return tg.nn.lstm(x, h0, c0, w_ih, w_hh, b_ih, b_hh)[0]
+
+
+def test_a_backward_without_create_graph_reads_what_the_forward_kept(monkeypatch):
+    """``loss.backward()`` runs the VJP on the values the forward kept
+    (``GraphFunction.split_vjp``): no VJP graph is derived, and an LSTM's backward runs
+    the adjoint scan alone. With ``create_graph`` the graph's VJP runs instead (it must be
+    differentiable); without grad mode the forward keeps nothing. All agree with
+    ``torch.nn.LSTM``."""
+    from tegrad.backends.vjp import SplitVJP
+    from tegrad.interop.graph import GraphFunction
+
+    calls = {"split_vjp": [], "vjp": 0, "backward": 0}
+    split_vjp, vjp, backward = GraphFunction.split_vjp, GraphFunction.vjp, SplitVJP.backward
+
+    def spy_split(self, wrt):
+        found = split_vjp(self, wrt)
+        calls["split_vjp"].append(found)
+        return found
+
+    def spy_vjp(self, wrt=None):
+        calls["vjp"] += 1
+        return vjp(self, wrt)
+
+    def spy_backward(self, values, heads):
+        calls["backward"] += 1
+        return backward(self, values, heads)
+
+    monkeypatch.setattr(GraphFunction, "split_vjp", spy_split)
+    monkeypatch.setattr(GraphFunction, "vjp", spy_vjp)
+    monkeypatch.setattr(SplitVJP, "backward", spy_backward)
+    cache_clear()
+    steps, batch, inputs, hidden = 5, 3, 4, 6
+    module = torch.nn.LSTM(inputs, hidden).double()
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(steps, batch, inputs, dtype=torch.float64, generator=gen)
+    h0, c0 = (torch.randn(batch, hidden, dtype=torch.float64, generator=gen) for _ in "hc")
+    head = torch.randn(steps, batch, hidden, dtype=torch.float64, generator=gen)
+    weights = [module.weight_ih_l0, module.weight_hh_l0, module.bias_ih_l0, module.bias_hh_l0]
+    leaves = [t.detach().clone().requires_grad_() for t in (x, h0, c0, *weights)]
+    ref_leaves = [t.clone().requires_grad_() for t in (x, h0, c0)]
+    ref, _ = module(ref_leaves[0], (ref_leaves[1][None], ref_leaves[2][None]))
+    want = torch.autograd.grad(ref, [*ref_leaves, *weights], head)
+    op = to_torch(_lstm_output)
+
+    out = op(*leaves)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
+    out.backward(head)
+    assert calls["vjp"] == 0 and calls["backward"] == 1
+    (split,) = calls["split_vjp"]
+    assert [k.kind for k in split.backward_program.plan.kernels].count("scan") == 1
+    for leaf, w in zip(leaves, want, strict=True):
+        torch.testing.assert_close(leaf.grad, w, rtol=1e-9, atol=1e-11)
+
+    got = torch.autograd.grad(op(*leaves), leaves, head, create_graph=True)
+    assert calls["vjp"] == 1 and calls["backward"] == 1  # the graph's VJP, differentiable
+    assert all(g.requires_grad for g in got)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-11)
+
+    with torch.no_grad():
+        op(*leaves)
+    assert len(calls["split_vjp"]) == 2  # (one per forward with grad mode on)

@@ -47,6 +47,43 @@ class Saved:
         return f"Saved({len(self._values)} tensors, {self.nbytes} bytes)"
 
 
+class SplitVJP:
+    """Two programs from the joint plan of ``outputs`` and their gradients ``grads``
+    (given ``heads``): ``forward(feed)`` returns the outputs' arrays and the values the
+    backward reads; ``backward(values, head_arrays)`` the gradients' arrays."""
+
+    def __init__(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
+                 heads: Sequence[Tensor], grads: Sequence[Tensor], target: str | None = None):
+        from ..lower.plan import plan
+        from ..lower.split import split_plan
+
+        self.outputs, self.heads = list(outputs), list(heads)
+        cut: list = []
+
+        def plans():
+            first, second, residuals, read = split_plan(plan([*self.outputs, *grads]),
+                                                        self.outputs, list(grads))
+            kept = [p for p in read if not any(p is h for h in self.heads)]
+            cut[:] = [residuals, kept]
+            return [(first, list(inputs)), (second, [*kept, *residuals, *self.heads])]
+
+        self.target, (self.forward_program, self.backward_program) = _programs(plans, target)
+        self.residuals, self.kept_inputs = cut
+        # the tensors a backward reads, inputs first
+        self.saved_tensors = [*self.kept_inputs, *self.residuals]
+
+    def forward(self, feed: dict) -> tuple[list, dict]:
+        results = self.forward_program.run(feed)
+        values = {p: feed[p] for p in self.kept_inputs}
+        made = dict(zip(self.forward_program.plan.outputs, results, strict=True))
+        values.update((t, made[t]) for t in self.residuals)
+        return results[:len(self.outputs)], values
+
+    def backward(self, values: dict, head_arrays: Sequence) -> tuple:
+        return tuple(self.backward_program.run(
+            {**values, **dict(zip(self.heads, head_arrays, strict=True))}))
+
+
 def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | None = None,
               target: str | None = None):
     """``(forward, backward)``: ``forward(*arrays) -> (output array, saved)`` and
@@ -70,31 +107,15 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
     if not wrt:
         raise ValueError("build_vjp: no float input to differentiate with respect to")
     from ..differentiate import gradient
-    from ..lower.plan import plan
-    from ..lower.split import split_plan
 
     head = placeholder(output.shape, output.dtype, f"{output.name}.head")
-    grads = list(gradient(output, wrt, head))
-    cut: list = []
-
-    def plans():
-        first, second, residuals, read = split_plan(plan([output, *grads]), [output], grads)
-        kept_inputs = [p for p in read if p is not head]
-        cut[:] = [residuals, kept_inputs]
-        return [(first, ins), (second, [*kept_inputs, *residuals, head])]
-
-    target, (forward_program, backward_program) = _programs(plans, target)
-    residuals, kept_inputs = cut
+    split = SplitVJP(ins, [output], [head], list(gradient(output, wrt, head)), target)
     expected = _expected(ins)
     pair = object()  # the identity a Saved is checked against
 
     def forward(*arrays):
-        feed = _feed(expected, arrays)
-        results = forward_program.run(feed)
-        values = {p: feed[p] for p in kept_inputs}
-        made = dict(zip(forward_program.plan.outputs, results, strict=True))
-        values.update((t, made[t]) for t in residuals)
-        return results[0], Saved(pair, values)
+        (value,), values = split.forward(_feed(expected, arrays))
+        return value, Saved(pair, values)
 
     def backward(saved, head_array):
         if not isinstance(saved, Saved) or saved._pair is not pair:
@@ -102,11 +123,10 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
                             f"{type(saved).__name__}")
         ok = (type(head_array) is np.ndarray and head_array.dtype == np.dtype(head.dtype)
               and head_array.shape == head.shape)
-        feed = {**saved._values, head: head_array if ok else _coerce(head, head_array)}
-        return tuple(backward_program.run(feed))
+        return split.backward(saved._values, [head_array if ok else _coerce(head, head_array)])
 
-    for f, program in ((forward, forward_program), (backward, backward_program)):
-        f.program, f.target = program, target
+    forward.program, backward.program = split.forward_program, split.backward_program
+    forward.target = backward.target = split.target
     forward.inputs, forward.output = ins, output
-    backward.wrt, backward.head, backward.saved_tensors = wrt, head, [*kept_inputs, *residuals]
+    backward.wrt, backward.head, backward.saved_tensors = wrt, head, split.saved_tensors
     return forward, backward

@@ -3,6 +3,8 @@
     f       (x_1..x_n)           -> (y_1..y_m)             GraphFunction
     f.vjp() (x_1..x_n, H_1..H_p) -> (x_bar_i for float x_i) H_k: one head per float y_k
     f.jvp() (x_1..x_n, T_1..T_q) -> (y_dot_k for float y_k) T_i: one tangent per float x_i
+    f.split_vjp(wrt)                                        the y and what the VJP of x_wrt
+                                                            reads; then that VJP alone
 
     x_bar = tg.gradient(y, x, head=H)               (one float output)
     x_bar = tg.gradient(sum_k <H_k, y_k>, x)        (several: ``inner_product``)
@@ -30,6 +32,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..backends import build
+from ..backends.runtime import _expected, _feed
+from ..backends.vjp import SplitVJP
 from ..differentiate import gradient, inner_product, jvp
 from ..frontend.math import const
 from ..ir import dtype as dt
@@ -62,6 +66,7 @@ class GraphFunction:
         self._program: Callable | None = None
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
+        self._splits: dict[tuple[int, ...], SplitVJP] = {}
         self._lock = threading.Lock()
         self.extras: dict = {}  # per-graph objects of the bridges (a JAX function, ...)
 
@@ -80,8 +85,16 @@ class GraphFunction:
                 if self._program is None:
                     self._program = build(list(self.inputs), list(self.outputs))
                     STATS.builds += 1
+        return self.checked(self._program(*arrays))
+
+    def feed(self, arrays: Sequence) -> dict:
+        """The placeholders' feed for ``arrays``, each checked (and cast) as a call's."""
+        return _feed(_expected(list(self.inputs)), tuple(arrays))
+
+    def checked(self, results: Sequence) -> tuple[np.ndarray, ...]:
+        """A program's results as the outputs' arrays, each of its output's shape."""
         values = tuple(np.asarray(v, dtype=y.dtype)
-                       for v, y in zip(self._program(*arrays), self.outputs, strict=True))
+                       for v, y in zip(results, self.outputs, strict=True))
         for v, y in zip(values, self.outputs, strict=True):
             if v.shape != y.shape:  # a framework would broadcast it silently
                 raise RuntimeError(f"{self.name}: output {y.name} should have shape {y.shape}, "
@@ -114,7 +127,24 @@ class GraphFunction:
                     found = self._jvps[key] = self._make_jvp(key)
         return found
 
-    def _make_vjp(self, wrt: tuple[int, ...]) -> GraphFunction:
+    def split_vjp(self, wrt: Sequence[int]) -> SplitVJP:
+        """The forward that keeps what the VJP of ``inputs[wrt]`` reads, and that VJP
+        (``backends/vjp.py``): a backward given the forward's kept values runs no part of
+        the forward again. Built once per ``wrt`` and cached."""
+        key = tuple(wrt)
+        found = self._splits.get(key)
+        if found is None:
+            with self._lock:
+                found = self._splits.get(key)
+                if found is None:
+                    heads, grads = self._gradients(key)
+                    found = self._splits[key] = SplitVJP(self.inputs, self.outputs, heads,
+                                                         grads)
+                    STATS.builds += 2
+        return found
+
+    def _gradients(self, wrt: tuple[int, ...]) -> tuple[list, list]:
+        """``(heads, gradients of inputs[wrt])``: a head per float output."""
         for k in wrt:
             if not 0 <= k < len(self.inputs) or k not in self.float_inputs:
                 raise ValueError(f"{self.name}: cannot differentiate with respect to input {k}"
@@ -131,6 +161,10 @@ class GraphFunction:
         else:
             grads = gradient(inner_product(floats, heads), xs)
         STATS.derivations += 1
+        return heads, grads
+
+    def _make_vjp(self, wrt: tuple[int, ...]) -> GraphFunction:
+        heads, grads = self._gradients(wrt)
         return GraphFunction([*self.inputs, *heads], grads, name=f"{self.name}.vjp")
 
     def _make_jvp(self, wrt: tuple[int, ...]) -> GraphFunction:
