@@ -401,3 +401,15 @@ def test_a_backward_without_create_graph_reads_what_the_forward_kept(monkeypatch
     with torch.no_grad():
         op(*leaves)
     assert len(calls["split_vjp"]) == 2  # (one per forward with grad mode on)
+
+
+def test_an_input_changed_in_place_before_the_backward_is_refused():
+    """The kept values are views of the inputs: torch's saved-tensor check still runs."""
+    w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(2, 3, dtype=torch.float64)
+    b = torch.zeros(4, dtype=torch.float64)
+    y = to_torch(linear)(x, w, b)
+    with torch.no_grad():
+        w.add_(1.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()

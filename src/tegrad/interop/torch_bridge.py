@@ -186,6 +186,7 @@ def _function_class():
             if wrt and kept is not None and not torch.is_grad_enabled() \
                     and set(wrt) <= set(kept[1]):
                 split, computed, values = kept
+                _ = ctx.saved_tensors  # torch's check that no input was changed in place
                 heads = [as_array(grads[k]) for k in graph.float_outputs]
                 found = as_tensors(split.backward(values, heads),
                                    [*heads, *(v for v in values.values()
