@@ -38,14 +38,14 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
-    _check_signature(ins, outs)
+    check_signature(ins, outs)
     from ..lower.plan import plan
 
-    target, (program,) = _programs(lambda: [(plan(outs), ins)], target)
-    expected = _expected(ins)
+    target, (program,) = make_programs(lambda: [(plan(outs), ins)], target)
+    expected = input_specs(ins)
 
     def run(*arrays):
-        results = program.run(_feed(expected, arrays))
+        results = program.run(checked_feed(expected, arrays))
         return results[0] if single else tuple(results)
 
     run.inputs = ins
@@ -55,7 +55,7 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     return run
 
 
-def _programs(make_plans, target: str | None) -> tuple[str, list]:
+def make_programs(make_plans, target: str | None) -> tuple[str, list]:
     """``(target, programs)``: one program per ``(plan, inputs)`` of ``make_plans()`` for the
     target (None: the fastest available; if that is the compiled one and it cannot build
     for this machine, the NumPy backend, with a warning)."""
@@ -92,11 +92,11 @@ def _programs(make_plans, target: str | None) -> tuple[str, list]:
         return "numpy", [NumpyProgram(p, ins) for p, ins in make_plans()]  # planned anew
 
 
-def _expected(ins: list) -> list:
+def input_specs(ins: list) -> list:
     return [(p, np.dtype(p.dtype), p.shape) for p in ins]
 
 
-def _feed(expected: list, arrays: tuple) -> dict:
+def checked_feed(expected: list, arrays: tuple) -> dict:
     """The feed of a call: each array checked against its placeholder."""
     if len(arrays) != len(expected):
         raise TypeError(f"expected {len(expected)} arrays "
@@ -104,9 +104,9 @@ def _feed(expected: list, arrays: tuple) -> dict:
     feed = {}
     for (p, dtype, shape), a in zip(expected, arrays, strict=True):
         # an array of the placeholder's shape and (interned) dtype passes as it is:
-        # _coerce's checks cost about 9 us an input, as much as a small kernel
+        # coerce_input's checks cost about 9 us an input, as much as a small kernel
         ok = type(a) is np.ndarray and a.dtype is dtype and a.shape == shape
-        feed[p] = a if ok else _coerce(p, a)
+        feed[p] = a if ok else coerce_input(p, a)
     return feed
 
 
@@ -121,7 +121,7 @@ def evaluate(outputs, feed: dict, target: str | None = None):
     return f(*(feed[p] for p in needed))
 
 
-def _check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
+def check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
     for p in ins:
         if not isinstance(p, Placeholder):
             raise TypeError(f"build inputs must be placeholders; {p.name} is a compute")
@@ -144,7 +144,7 @@ def _check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
             raise TypeError(f"not a tensor: {t!r}")
 
 
-def _coerce(p: Placeholder, a) -> np.ndarray:
+def coerce_input(p: Placeholder, a) -> np.ndarray:
     arr = np.asarray(a)
     if arr.shape != p.shape:
         raise ValueError(f"placeholder {p.name}: expected shape {p.shape}, received {arr.shape}")

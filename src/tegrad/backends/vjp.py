@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir import dtype as dt
 from ..ir.tensor import Tensor, placeholder
-from .runtime import _check_signature, _coerce, _expected, _feed, _programs
+from .runtime import check_signature, checked_feed, coerce_input, input_specs, make_programs
 
 
 class Saved:
@@ -67,7 +67,7 @@ class SplitVJP:
             cut[:] = [residuals, kept]
             return [(first, list(inputs)), (second, [*kept, *residuals, *self.heads])]
 
-        self.target, (self.forward_program, self.backward_program) = _programs(plans, target)
+        self.target, (self.forward_program, self.backward_program) = make_programs(plans, target)
         self.residuals, self.kept_inputs = cut
         # the tensors a backward reads, inputs first
         self.saved_tensors = [*self.kept_inputs, *self.residuals]
@@ -93,7 +93,7 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
     if not isinstance(output, Tensor):
         raise TypeError(f"build_vjp: output must be one tegrad Tensor, got "
                         f"{type(output).__name__}")
-    _check_signature(ins, [output])
+    check_signature(ins, [output])
     if not dt.is_float(output.dtype):
         raise ValueError(f"build_vjp: output {output.name} is {output.dtype}; only a float "
                          "output has a gradient")
@@ -110,11 +110,11 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
 
     head = placeholder(output.shape, output.dtype, f"{output.name}.head")
     split = SplitVJP(ins, [output], [head], list(gradient(output, wrt, head)), target)
-    expected = _expected(ins)
+    expected = input_specs(ins)
     pair = object()  # the identity a Saved is checked against
 
     def forward(*arrays):
-        (value,), values = split.forward(_feed(expected, arrays))
+        (value,), values = split.forward(checked_feed(expected, arrays))
         return value, Saved(pair, values)
 
     def backward(saved, head_array):
@@ -123,7 +123,7 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
                             f"{type(saved).__name__}")
         ok = (type(head_array) is np.ndarray and head_array.dtype == np.dtype(head.dtype)
               and head_array.shape == head.shape)
-        return split.backward(saved._values, [head_array if ok else _coerce(head, head_array)])
+        return split.backward(saved._values, [head_array if ok else coerce_input(head, head_array)])
 
     forward.program, backward.program = split.forward_program, split.backward_program
     forward.target = backward.target = split.target

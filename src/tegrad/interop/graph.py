@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..backends import build
-from ..backends.runtime import _expected, _feed
+from ..backends.runtime import checked_feed, input_specs
 from ..backends.vjp import SplitVJP
 from ..differentiate import gradient, inner_product, jvp
 from ..frontend.math import const
@@ -89,7 +89,7 @@ class GraphFunction:
 
     def feed(self, arrays: Sequence) -> dict:
         """The placeholders' feed for ``arrays``, each checked (and cast) as a call's."""
-        return _feed(_expected(list(self.inputs)), tuple(arrays))
+        return checked_feed(input_specs(list(self.inputs)), tuple(arrays))
 
     def checked(self, results: Sequence) -> tuple[np.ndarray, ...]:
         """A program's results as the outputs' arrays, each of its output's shape."""
