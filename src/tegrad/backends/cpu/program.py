@@ -200,38 +200,30 @@ class CpuProgram:
 
     def run(self, feed: dict) -> list[np.ndarray]:
         if not self.top:
-            return self._run(feed)
+            return self.run_into(feed, None)
         self.pool.reclaim()
         # products and layout copies on the same threads (gemm.py, copy.py), contraction
         # outputs from the pool
         with hooks((MATMUL, _matmul), (COPY, _copy), (EMPTY, self.pool.take)), \
                 one_blas_thread():  # one thread pool: see gemm.py
-            results = self._run(feed)
+            results = self._run_kernels(feed)
         self.pool.lend(results)
         return results
 
-    def _run(self, feed: dict) -> list[np.ndarray]:
-        if not self.top:  # a scan's step: by addresses once traced (step_trace.py)
-            trace = getattr(self.trace, "made", None)
-            if trace is not None:
-                results = trace.run(feed)
-                if results is not None:
-                    return results
-            results = self._run_kernels(feed)
-            if trace is None and not hasattr(self.trace, "made"):
-                self.trace.made = StepTrace.make(self, feed, _THREADS)
-            return results
-        return self._run_kernels(feed)
-
-    def run_into(self, feed: dict, targets: list) -> list:
-        """A scan step (``scan_run._Stepper``): its outputs written into ``targets``
-        where the step runs by its trace."""
+    def run_into(self, feed: dict, targets: list | None) -> list:
+        """A scan's step (``scan_run._Stepper``): by addresses once traced
+        (``step_trace.py``), its outputs written into ``targets`` there; else, and where
+        the feed's layouts are not the trace's, the general path (its first run makes this
+        thread's trace)."""
         trace = getattr(self.trace, "made", None)
         if trace is not None:
             results = trace.run(feed, targets)
             if results is not None:
                 return results
-        return self._run(feed)
+        results = self._run_kernels(feed)
+        if not hasattr(self.trace, "made"):
+            self.trace.made = StepTrace.make(self, feed, _THREADS)
+        return results
 
     def _run_kernels(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
