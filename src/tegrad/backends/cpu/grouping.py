@@ -39,7 +39,7 @@ from ...ir.expr import Read, Reduce
 from ...ir.tensor import make_compute
 from ...ir.traverse import substitute, tensors_read, walk
 from ...lower.fusion import inline
-from ...lower.plan import Fused, Kernel, Plan, written
+from ...lower.plan import Fused, Kernel, Plan, reads_and_makes, written
 from ...lower.residue import unrolled_axes
 from .kernel_facts import column_order, regions
 
@@ -156,9 +156,7 @@ def _column_summand(d, axes, shape):
 
 
 def _made(kernel: Kernel) -> set:
-    if kernel.kind == "scan":
-        return set(kernel.detail.outputs)
-    return {kernel.tensor, *(t for t, _ in written(kernel))}
+    return set(reads_and_makes(kernel)[1])
 
 
 def _absorb(kernels: list, k: int):
@@ -207,18 +205,9 @@ def _reads(kernel: Kernel) -> set:
     hit = _READS.get(id(kernel))
     if hit is not None and hit[0] is kernel:
         return hit[1]
-    found = _reads_of(kernel)
+    found = set(reads_and_makes(kernel)[0])
     _READS[id(kernel)] = (kernel, found)
     return found
-
-
-def _reads_of(kernel: Kernel) -> set:
-    if kernel.kind == "scan":
-        return {*kernel.detail.op.inits, *kernel.detail.op.external}
-    if kernel.kind == "general":
-        return {*tensors_read(_body(kernel).body),
-                *(r for _, body in written(kernel) for r in tensors_read(body))}
-    return set(tensors_read(kernel.tensor.body))
 
 
 def _plain(kernel: Kernel) -> bool:
