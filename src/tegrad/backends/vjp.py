@@ -18,11 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
 from ..ir import dtype as dt
 from ..ir.tensor import Tensor, placeholder
-from .runtime import check_signature, checked_feed, coerce_input, input_specs, make_programs
+from .runtime import check_signature, checked_feed, input_specs, make_programs
 
 
 class Saved:
@@ -110,7 +108,7 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
 
     head = placeholder(output.shape, output.dtype, f"{output.name}.head")
     split = SplitVJP(ins, [output], [head], list(gradient(output, wrt, head)), target)
-    expected = input_specs(ins)
+    expected, head_spec = input_specs(ins), input_specs([head])
     pair = object()  # the identity a Saved is checked against
 
     def forward(*arrays):
@@ -121,9 +119,8 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
         if not isinstance(saved, Saved) or saved._pair is not pair:
             raise TypeError("backward: saved must be what this pair's forward returned, got "
                             f"{type(saved).__name__}")
-        ok = (type(head_array) is np.ndarray and head_array.dtype == np.dtype(head.dtype)
-              and head_array.shape == head.shape)
-        return split.backward(saved._values, [head_array if ok else coerce_input(head, head_array)])
+        return split.backward(saved._values,
+                              [checked_feed(head_spec, (head_array,))[head]])
 
     forward.program, backward.program = split.forward_program, split.backward_program
     forward.target = backward.target = split.target
