@@ -133,6 +133,21 @@ def test_softmax_backward_is_fused():
     assert text.count("expf(") == 1 and "row" in text
 
 
+def test_softmax_backward_on_saved_values_evaluates_exp_once():
+    # given the forward's row max and sum, the backward's one loop per row keeps both
+    # dY e(k) and e(k) in row buffers: its output loop reads them and calls no exp
+    X = tg.placeholder((8, 300), "float32", "X")
+    forward, backward = tg.build_vjp([X], tg.nn.softmax(X, -1), target="cpu")
+    (kernel,) = backward.program.steps
+    assert kernel.src.text.count("expf(") == 1
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 300)).astype(np.float32)
+    dy = rng.standard_normal((8, 300)).astype(np.float32)
+    y, saved = forward(x)
+    want = y * (dy - (dy * y).sum(-1, keepdims=True))
+    np.testing.assert_allclose(backward(saved, dy)[0], want, rtol=1e-5, atol=1e-6)
+
+
 def test_weight_gradient_reduces_in_column_order():
     X = tg.placeholder((64, 96), "float32", "X")
     W = tg.placeholder((96,), "float32", "W")

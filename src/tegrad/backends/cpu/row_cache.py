@@ -9,7 +9,9 @@ A softmax backward, fused into one kernel, is per row ``i``
 so each ``exp`` is evaluated twice. When a reduction ``R`` over one axis ``k`` has the same
 extent as the innermost output axis ``j``, and a sub-expression ``E(k)`` of its source that
 holds a transcendental op appears as ``E(j)`` in the output body, ``R``'s loop stores
-``E(k)`` in a row buffer and the output loop reads ``buffer[j]``. The buffer lives in the
+``E(k)`` in a row buffer and the output loop reads ``buffer[j]``. Several values of one
+reduction can be kept (softmax's ``dY e(k)`` and ``e(k)``): the largest first, then each
+part whose twin the output body still uses outside the kept ones. The buffer lives in the
 block where ``R`` is computed (per thread, inside the parallel loop), which encloses the
 output loop, and ``R`` is always computed before that loop runs. Conditions, so that every
 element is written before it is read: ``R`` depends on output variables only (not on
@@ -48,10 +50,34 @@ def row_caches(body: Expr, axes, shape) -> list[tuple[Expr, Expr, Reduce]]:
             twin = substitute(e, {k: j})
             if twin in present:
                 found[e] = (twin, r)
-    pairs = [(e, twin, r) for e, (twin, r) in found.items()]
-    # keep the largest: a cached value's own parts need no buffer of their own
-    inside = {x for e, _, _ in pairs for x in walk(e) if x is not e}
-    return [p for p in pairs if p[0] not in inside][:MAX_BUFFERS]
+    # the largest first; a part of a kept value needs a buffer of its own only where the
+    # output body uses it outside the kept values' twins (softmax's backward reads
+    # dY e(j) and e(j) alone: both are kept, and e is evaluated once per element)
+    pairs = sorted(((e, twin, r) for e, (twin, r) in found.items()),
+                   key=lambda p: -len(set(walk(p[0]))))
+    kept: set = set()  # the twins given a buffer
+    for _, twin, _ in pairs:
+        if len(kept) == MAX_BUFFERS:
+            break
+        if twin not in kept and twin in _reached(body, kept):
+            kept.add(twin)
+    # every value of a kept twin writes its buffer: two sums fused into one loop evaluate
+    # only one of their copies of E (the other's axis is renamed to the loop's)
+    return [p for p in pairs if p[1] in kept]
+
+
+def _reached(body: Expr, leaves: set) -> set:
+    """The nodes of ``body`` reached without entering a node of ``leaves``."""
+    out: set = set()
+    todo = [body]
+    while todo:
+        e = todo.pop()
+        if e in out:
+            continue
+        out.add(e)
+        if e not in leaves:
+            todo.extend(children(e))
+    return out - leaves
 
 
 def _expensive(e: Expr) -> bool:
