@@ -299,3 +299,36 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
     assert not any(k.detail.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
     for got, want in zip(f(*arrays), recomputed(*arrays), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
+def test_lstm_gradient_makes_each_value_once():
+    """The LSTM's pre-activations are one compute, so their gradient (the four gate
+    gradients side by side) is one tensor over the steps. Both bias gradients are the same
+    sum of it over steps and batch: one compute, which both read (``simplify/common.py``),
+    and one kernel, not a sum copied into each (``lower/fusion.py``). The weight and input
+    gradients read it directly: no compute of the gradient is a whole copy of another."""
+    from tegrad.backends.cpu import compiler
+    from tegrad.ir.tensor import Compute
+    from tegrad.ir.traverse import tensors_read, topo_tensors
+    from tegrad.simplify.common import copy_of
+
+    out, placeholders, values, module = recurrent_case("lstm", 5, 3, 4, 6, 7)
+    head = ph(out.shape, "dout")
+    grads = tg.gradient(out, placeholders, head=head)
+    names = [p.name for p in placeholders]
+    g_bih, g_bhh = grads[names.index("bih")], grads[names.index("bhh")]
+    assert g_bih is not g_bhh
+    (shared,) = tensors_read(g_bih.body)
+    assert tensors_read(g_bhh.body) == [shared]
+    (pre_grad,) = tensors_read(shared.body)
+    readers = [t for t in topo_tensors(grads) if isinstance(t, Compute)
+               and pre_grad in tensors_read(t.body)]
+    assert {g.name for g in grads if g in readers} >= {grads[0].name}  # x's gradient
+    assert len(readers) == 4, [t.name for t in readers]  # x, W_ih, W_hh, the bias sum
+    returned = set(grads)
+    copies = [t.name for t in topo_tensors(grads) if isinstance(t, Compute)
+              and t not in returned and copy_of(t) is not None]
+    assert not copies, copies
+    if compiler.compiler() is not None:
+        f = tg.build([*placeholders, head], grads, target="cpu")
+        assert shared.name in [k.tensor.name for k in f.program.plan.kernels]

@@ -6,6 +6,7 @@ from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
 from .ir.tensor import Tensor, compute
 from .simplify import simplify_compute
+from .simplify.common import CommonComputes
 
 
 def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]:
@@ -14,10 +15,12 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
     ``head`` has shape ``prefix + output.shape``; each result has shape
     ``prefix + input.shape``. ``head=None`` is the identity, so the results are full
     Jacobians (``output.shape + input.shape``). Results are ordinary tensors in gather
-    form wherever the index equations could be solved.
+    form wherever the index equations could be solved; equal computes are made once
+    (``simplify/common.py``).
     """
     single = isinstance(inputs, Tensor)
-    grads = reverse.gradient(output, [inputs] if single else inputs, head, finish=simplify_compute)
+    grads = reverse.gradient(output, [inputs] if single else inputs, head,
+                             finish=CommonComputes(simplify_compute))
     return grads
 
 

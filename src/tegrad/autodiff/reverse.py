@@ -312,7 +312,8 @@ def gradient(
         return axes_of[x]
 
     scans_done: dict[ScanOp, int] = {}
-    leaves = set(inputs) if independent else set()
+    requested = set(inputs)
+    leaves = requested if independent else set()
     for t in reversed(order):
         if isinstance(t, ScanOutput):
             if t in leaves:
@@ -327,9 +328,10 @@ def gradient(
                 continue
             p, jv = axes_for(t)
             body = _summed(parts)
-            adjoint[t] = finish(
-                make_compute(prefix_shape + t.shape, p + jv, body, f"{output.name}.grad.{t.name}")
-            )
+            # an input's gradient is a compute of its own, even if equal to another's
+            make = getattr(finish, "alone", finish) if t in requested else finish
+            adjoint[t] = make(make_compute(prefix_shape + t.shape, p + jv, body,
+                                           f"{output.name}.grad.{t.name}"))
         if not isinstance(t, Compute) or t in leaves:
             continue
         terms = hoist_reductions(t, reuse_forward(t, backprop_body(t.body, t.axes, differentiable)))

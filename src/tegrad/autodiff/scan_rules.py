@@ -153,7 +153,7 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
             if p in mu_index:
                 return lam_read(mu_index[p], step_of(r), idx)
             if p in shared:
-                return _row_read(shared[p], r, idx)
+                return _shared_read(shared[p], r, idx)
             return read_fwd(p, r, idx)
 
         names = [*slices.values(), *wholes]
@@ -194,7 +194,7 @@ def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish, shared) -> dict[Tens
             state = lam[mu_index[p]]
             return Read(state, (binary("sub", r, const(c)), *idx), state.dtype)
         if p in shared:
-            return _row_read(shared[p], binary("sub", step_of(r), const(k)), idx)
+            return _shared_read(shared[p], binary("sub", step_of(r), const(k)), idx)
         return read_fwd(p, r, idx)
 
     wanted = [p for (s, lag), p in g.lagged.items() if lag == c]
@@ -230,6 +230,19 @@ def _forward_recompute(op: ScanOp, grads: list, mu: list, finish) -> dict[Tensor
     for x, values in every.items():  # the forward run computes them too: see saved_steps
         STEP_VALUES[values] = (op, x)
     return dict(zip(wanted, lifted, strict=True))
+
+
+def _shared_read(x: Tensor, row: Expr, idx: tuple) -> Expr:
+    """``x[row, idx]`` for a forward value ``x`` of ``_forward_recompute``; when ``x`` only
+    re-indexes another of them at the same row (an LSTM gate: its columns of the
+    pre-activations), the read goes to that one, so no copy of the columns is made."""
+    body = x.body if isinstance(x, Compute) else None
+    if (isinstance(body, Read) and isinstance(body.tensor, Compute)
+            and body.indices[0] is x.axes[0] and body.tensor.shape[0] == x.shape[0]):
+        moved = dict(zip(x.axes, (row, *idx), strict=True))
+        indices = tuple(substitute(i, moved) for i in body.indices[1:])
+        return _row_read(body.tensor, row, indices)
+    return _row_read(x, row, idx)
 
 
 def _weighted_sum(outputs, heads, name: str) -> Tensor:

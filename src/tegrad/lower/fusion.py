@@ -18,8 +18,9 @@ codegen.py``) computes each row reduction once per row. No intermediate array is
 per iteration of the loops down to the innermost one whose variable it uses (the
 consumer's axes, then the reductions around the site, outermost first), so the
 recomputation ratio of ``P`` is ``sum over sites of evaluations / size(P)``. ``P`` is
-inlined when that ratio is at most ``MAX_RATIO`` (each element computed about once or
-twice), or, for a producer without reductions, when it is cheap (at most
+inlined when that ratio is at most 1; at most ``MAX_RATIO`` (each element computed
+about once or twice) where evaluating its reductions again at most doubles the consumers'
+own work (``_work``); or, for a producer without reductions, when it is cheap (at most
 ``CHEAP_NODES`` nodes) and the ratio is at most ``MAX_CHEAP_RATIO`` (a 3x3 window over a
 relu). Producers are decided from the last to the first, so a site is counted where it
 finally lands, after its consumer has itself been inlined.
@@ -148,11 +149,33 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
     size = max(1, math.prod(producer.shape))
     evaluations = sum(_site_evaluations(c, producer) for c in consumers)
     ratio = evaluations / size
-    if ratio <= MAX_RATIO:
-        return True
     nodes = walk(source.body)
+    if ratio <= 1:
+        return True
+    if ratio <= MAX_RATIO:
+        if not any(isinstance(x, Reduce) for x in nodes):
+            return True
+        # a reduction evaluated again: only where that at most doubles the consumers' work
+        # (an LSTM's bias gradient, 1024 sums over 1600 rows, is not copied into the two
+        # one-element-per-output kernels that read it)
+        memo: dict = {}
+        extra = (evaluations - size) * _work(source.body, memo)
+        own = sum(max(1, math.prod(c.shape)) * _work(c.body, memo) for c in consumers)
+        return extra <= own
     return (ratio <= MAX_CHEAP_RATIO and len(nodes) <= CHEAP_NODES
             and not any(isinstance(x, Reduce) for x in nodes))
+
+
+def _work(e: Expr, memo: dict) -> int:
+    """Operations per evaluation of ``e``, roughly: its nodes, a reduction's source counted
+    once per element of its range."""
+    hit = memo.get(e)
+    if hit is None:
+        hit = 1 + sum(_work(c, memo) for c in children(e))
+        if isinstance(e, Reduce):
+            hit *= math.prod(a.extent for a in e.axes)
+        memo[e] = hit
+    return hit
 
 
 def _site_evaluations(consumer: Compute, producer: Compute) -> int:

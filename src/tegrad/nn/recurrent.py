@@ -103,10 +103,14 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None,
     h = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.h")
     c = placeholder((steps + 1, batch, hidden), x.dtype, f"{name}.c")
     ph = _recurrent_product(h, weight_hh, f"{name}.h_proj")
-    # one compute per gate (i, f, g, o): their derivatives are then separate elementwise
-    # tensors, not one tensor of four guarded column blocks
-    gates = [compute(c.shape, lambda t, n, j, k=k: px(t, n, k * hidden + j)
-                     + ph[t, n, k * hidden + j] + _hidden_bias(bias_hh, k * hidden + j),
+    # the four pre-activations side by side, one compute: its gradient (the gate
+    # gradients side by side) is the one tensor that the gradients of the recurrent
+    # product, the input projection and both biases read, so it is made once
+    pre = compute((steps + 1, batch, 4 * hidden), lambda t, n, j: px(t, n, j) + ph[t, n, j]
+                  + _hidden_bias(bias_hh, j), name=f"{name}.pre")
+    # and one compute per gate (i, f, g, o) reading its columns: their derivatives are
+    # then separate elementwise tensors, not one tensor of four guarded column blocks
+    gates = [compute(c.shape, lambda t, n, j, k=k: pre[t, n, k * hidden + j],
                      name=f"{name}.gate{'ifgo'[k]}") for k in range(4)]
 
     def gate(t, n, j, k):  # pre-activation of gate k (0 i, 1 f, 2 g, 3 o)
