@@ -257,3 +257,52 @@ def test_prod_gradient_is_finite_where_no_term_maps():
     factors = [t0t - yt[0, j % 5] if j % 2 == 0 else t0t for j in range(2, 6)]
     torch.stack(factors).prod().backward()
     np.testing.assert_allclose(got, yt.grad.numpy(), rtol=1e-14, atol=1e-15)
+
+
+def _exps(tensors) -> int:
+    from tegrad.ir.expr import Unary
+    from tegrad.ir.tensor import Compute
+    from tegrad.ir.traverse import topo_tensors, walk
+
+    return sum(isinstance(x, Unary) and x.op == "exp" for t in topo_tensors(tensors)
+               if isinstance(t, Compute) for x in walk(t.body))
+
+
+def test_softmax_gradient_reads_the_output_and_evaluates_no_exp():
+    # dX = dY Y - (sum_k dY_k Y_k) Y: every exp(X - m) / s of the derived gradient is
+    # the forward's output (simplify/products.py), as in a hand-written backward
+    x = tg.placeholder((3, 7), "float64", name="X")
+    h = tg.placeholder((3, 7), "float64", name="H")
+    y = tg.nn.softmax(x, -1)
+    (g,) = tg.gradient(y, [x], h)
+    assert _exps([g]) == _exps([y])  # the forward's own only: the gradient adds none
+    xv, hv = RNG.standard_normal((3, 7)), RNG.standard_normal((3, 7))
+    xt = torch.tensor(xv, requires_grad=True)
+    (want,) = torch.autograd.grad(xt.softmax(-1), xt, torch.tensor(hv))
+    np.testing.assert_allclose(tg.build([x, h], g)(xv, hv), want.numpy(), rtol=1e-12)
+
+
+def test_a_quotient_in_a_derivative_reads_the_forward_quotient():
+    # Y = A / B: dY/dB = -A / B^2 = -Y / B, one division per element reading Y
+    a = tg.placeholder((5,), "float64", name="A")
+    b = tg.placeholder((5,), "float64", name="B")
+    h = tg.placeholder((5,), "float64", name="H")
+    y = tg.compute((5,), lambda i: a[i] / b[i], name="Y")
+    (gb,) = tg.gradient(y, [b], h)
+    from tegrad.ir.traverse import tensors_read
+
+    assert y in tensors_read(gb.body)
+    av, bv, hv = RNG.standard_normal(5), RNG.uniform(1, 2, 5), RNG.standard_normal(5)
+    np.testing.assert_allclose(tg.build([a, b, h], gb)(av, bv, hv), -hv * av / bv**2,
+                               rtol=1e-12)
+
+
+def test_a_quotient_is_read_only_where_its_tensor_covers_the_index():
+    # T0 holds A[i] / B[i] for i = 0 only: the same quotient over i in [0, 2) is not T0[i]
+    a = tg.placeholder((2,), "float64", name="A")
+    b = tg.placeholder((2,), "float64", name="B")
+    t0 = tg.compute((1,), lambda i: a[i] / b[i], name="T0")
+    t1 = tg.compute((2,), lambda i: 3.0 * (a[i] / b[i]) + t0[0], name="T1")
+    av, bv = np.array([1.0, 2.0]), np.array([4.0, 8.0])
+    got = tg.build([a, b], tg.simplify(t1))(av, bv)
+    np.testing.assert_allclose(got, 3.0 * av / bv + av[0] / bv[0], rtol=1e-12)

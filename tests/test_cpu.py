@@ -125,27 +125,34 @@ def test_softmax_backward_is_fused():
     H = tg.placeholder((8, 300), "float32", "H")
     Y = tg.nn.softmax(X, -1)
     f = tg.build([X, H], tg.gradient(Y, [X], H), target="cpu")
-    # one kernel; per row a max loop, one loop for both row sums (each exp stored in a
-    # row buffer), one elementwise loop reading it
-    assert len(f.program.plan.kernels) == 1
-    text = f.program.steps[-1].src.text
-    assert text.count("for (int r") == 2 and text.count("reduction(+") == 2
-    assert text.count("expf(") == 1 and "row" in text
+    # the gradient reads the softmax's output (simplify/products.py): one kernel makes it
+    # (per row a max loop, one loop for the sum that keeps each exp in a row buffer, the
+    # division), one reads it with H (per row a sum loop, then the elementwise loop)
+    assert len(f.program.plan.kernels) == 2
+    forward, backward = (step.src.text for step in f.program.steps)
+    assert forward.count("for (int r") == 2 and forward.count("reduction(+") == 1
+    assert forward.count("expf(") == 1 and "row" in forward
+    assert backward.count("for (int r") == 1 and backward.count("reduction(+") == 1
+    assert "expf(" not in backward
 
 
-def test_softmax_backward_on_saved_values_evaluates_exp_once():
-    # given the forward's row max and sum, the backward's one loop per row keeps both
-    # dY e(k) and e(k) in row buffers: its output loop reads them and calls no exp
+def test_a_row_reduction_keeps_each_costly_value_its_output_loop_reads():
+    # Y[i, j] = e(j) sum_k H[i, k] e(k) + H[i, j] e(j), e(k) = exp(X[i, k]): the sum's loop
+    # keeps H e(k) and e(k) alone in row buffers, so each exp is evaluated once
     X = tg.placeholder((8, 300), "float32", "X")
-    forward, backward = tg.build_vjp([X], tg.nn.softmax(X, -1), target="cpu")
-    (kernel,) = backward.program.steps
-    assert kernel.src.text.count("expf(") == 1
+    H = tg.placeholder((8, 300), "float32", "H")
+    k = tg.reduce_axis(300, "k")
+    Y = tg.compute((8, 300), lambda i, j: tg.exp(X[i, j]) * tg.sum(H[i, k] * tg.exp(X[i, k]), k)
+                   + H[i, j] * tg.exp(X[i, j]), name="Y")
+    f = tg.build([X, H], Y, target="cpu")
+    (kernel,) = f.program.steps
+    assert kernel.src.text.count("expf(") == 1 and kernel.src.text.count("row") >= 2
     rng = np.random.default_rng(0)
     x = rng.standard_normal((8, 300)).astype(np.float32)
-    dy = rng.standard_normal((8, 300)).astype(np.float32)
-    y, saved = forward(x)
-    want = y * (dy - (dy * y).sum(-1, keepdims=True))
-    np.testing.assert_allclose(backward(saved, dy)[0], want, rtol=1e-5, atol=1e-6)
+    h = rng.standard_normal((8, 300)).astype(np.float32)
+    e = np.exp(x.astype(np.float64))
+    want = e * (h * e).sum(-1, keepdims=True) + h * e
+    np.testing.assert_allclose(f(x, h), want, rtol=1e-4)
 
 
 def test_weight_gradient_reduces_in_column_order():

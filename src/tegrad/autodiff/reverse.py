@@ -51,6 +51,7 @@ from ..ir.traverse import (
     topo_tensors,
     transform,
 )
+from ..simplify.products import is_product, reuse_product
 from .partials import partial
 from .reductions import fresh_copy, reduce_partial, zero
 
@@ -199,11 +200,14 @@ def backprop_body(body: Expr, axes: tuple[Var, ...], differentiable: Differentia
 
 def reuse_forward(t: Compute, terms: list[Term]) -> list[Term]:
     """Read the forward result ``t[i]`` wherever an adjoint needs the whole body again
-    (a max's winner test, a quotient's derivative), instead of recomputing it."""
+    (a max's winner test, a quotient's derivative), or holds it as a sub-product
+    (``simplify/products.py``: a softmax's ``exp(x - m) / s``), instead of recomputing it."""
     own = Read(t, t.axes, t.dtype)
 
     def swap(x: Expr):
-        return own if x is t.body else None
+        if x is t.body:
+            return own
+        return reuse_product(t, x) if is_product(x) else None
 
     return [Term(term.read, transform(term.adjoint, swap), term.axes, term.conds) for term in terms]
 

@@ -1,8 +1,9 @@
 """The simplifier's entry points.
 
-``simplify_expr`` rewrites bottom-up with the local rules of ``algebra.py`` and turns
-every floating-point sum into gather form with ``gather.py``, repeating until nothing
-changes (at most ``MAX_PASSES`` passes). Results are memoised on the node (nodes are
+``simplify_expr`` rewrites bottom-up with the local rules of ``algebra.py``, turns
+every floating-point sum into gather form with ``gather.py`` and reads the tensors it
+reads wherever it holds their sums (``reuse.py``) or quotients (``products.py``) again,
+repeating until nothing changes (at most ``MAX_PASSES`` passes). Results are memoised on the node (nodes are
 interned), so simplifying the same sub-expression twice is free.
 """
 
@@ -15,6 +16,7 @@ from ..ir.traverse import free_vars, topo_tensors, transform
 from .algebra import fold
 from .canonical import canonical_axes
 from .gather import solve_sum
+from .products import reuse_products
 from .reuse import reuse_computed
 
 MAX_PASSES = 4
@@ -57,7 +59,7 @@ def simplify_expr(e: Expr) -> Expr:
         return hit
     out = e
     for _ in range(MAX_PASSES):
-        nxt = reuse_computed(canonical_axes(transform(out, _rule)))
+        nxt = reuse_products(reuse_computed(canonical_axes(transform(out, _rule))))
         if nxt is out:
             break
         out = nxt
