@@ -306,3 +306,27 @@ def test_a_quotient_is_read_only_where_its_tensor_covers_the_index():
     av, bv = np.array([1.0, 2.0]), np.array([4.0, 8.0])
     got = tg.build([a, b], tg.simplify(t1))(av, bv)
     np.testing.assert_allclose(got, 3.0 * av / bv + av[0] / bv[0], rtol=1e-12)
+
+
+def test_reused_quotients_do_not_move_a_row_sum_into_another_sum():
+    # attention with a float mask: the mask's gradient sums over batch and heads a term
+    # that holds the softmax rows' sum_k P dP. Matching the softmax output through that
+    # row coefficient must keep the row sum a tensor of its own (products._part): inlined,
+    # it was evaluated again for every mask column (B H L S S multiply-adds)
+    b, nh, q_len, s_len, e = 2, 3, 4, 6, 5
+    q = tg.placeholder((b, nh, q_len, e), "float64", "q")
+    k = tg.placeholder((b, nh, s_len, e), "float64", "k")
+    v = tg.placeholder((b, nh, s_len, e), "float64", "v")
+    m = tg.placeholder((q_len, s_len), "float64", "m")
+    y = tg.nn.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    h = tg.placeholder(y.shape, "float64", "h")
+    grads = tg.gradient(y, [q, k, v, m], h)
+    # four products of B H L S E, and per score a few row-sum and mask-sum terms
+    assert tg.count_ops(grads, given=[y]).macs <= 4 * b * nh * q_len * s_len * (e + 1)
+    rng = np.random.default_rng(5)
+    arrays = [rng.standard_normal(p.shape) for p in (q, k, v, m, h)]
+    ts = [torch.tensor(a, requires_grad=True) for a in arrays[:4]]
+    out = torch.nn.functional.scaled_dot_product_attention(*ts[:3], attn_mask=ts[3])
+    want = torch.autograd.grad(out, ts, torch.tensor(arrays[4]))
+    for got, w in zip(tg.build([q, k, v, m, h], grads)(*arrays), want, strict=True):
+        np.testing.assert_allclose(got, w.numpy(), rtol=1e-10, atol=1e-12)

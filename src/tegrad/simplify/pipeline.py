@@ -3,8 +3,8 @@
 ``simplify_expr`` rewrites bottom-up with the local rules of ``algebra.py``, turns
 every floating-point sum into gather form with ``gather.py`` and reads the tensors it
 reads wherever it holds their sums (``reuse.py``) or quotients (``products.py``) again,
-repeating until nothing changes (at most ``MAX_PASSES`` passes). Results are memoised on the node (nodes are
-interned), so simplifying the same sub-expression twice is free.
+repeating until nothing changes (at most ``MAX_PASSES`` passes). Results are memoised
+on the node (nodes are interned), so simplifying the same sub-expression twice is free.
 """
 
 from __future__ import annotations

@@ -24,23 +24,26 @@ exponential, as a hand-written one does: ``dX = dY Y - (sum_k dY_k Y_k) Y``. Two
 are searched. A sum factor is searched together with the denominators that do not depend on
 its variables (``(sum_k dY_k e_k) / s = sum_k dY_k (e_k / s)``). A factor that reads a
 tensor whose body is itself a monomial (the row coefficient above, a tensor of the
-gradient) is opened into its factors. A body with a reduction inline is not matched
-(``_matchable``).
+gradient) is opened into its factors; a factor of it that holds a reduction (the row's
+``sum_k dY_k Y_k``) stays a tensor of its own (``_part``), so that it is not evaluated
+again wherever the product sits inside another sum. A body with a reduction inline is
+not matched (``_matchable``).
 """
 
 from __future__ import annotations
 
+import weakref
+
 from ..ir import dtype as dt
 from ..ir.bounds import interval
 from ..ir.expr import Binary, Const, Expr, Read, Reduce, Unary, binary, const, node_memo, unary
-from ..ir.tensor import Compute
+from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
     free_vars,
     substitute,
     tensors_read,
     transform,
     walk,
-    with_fresh_axes,
 )
 from .reuse import unify
 
@@ -198,19 +201,36 @@ def reuse_products(e: Expr) -> Expr:
 
 
 def _opened(c: float, num: list[Expr], den: list[Expr]):
-    """Numerator factors that read a monomial tensor, replaced by that tensor's factors."""
+    """Numerator factors that read a monomial tensor, replaced by that tensor's factors.
+    A factor with a reduction in it stays a tensor of its own (``_part``): inlined, it
+    would be evaluated again wherever the product sits inside another sum."""
     out_num, out_den = [], list(den)
     for f in num:
         if isinstance(f, Read) and isinstance(f.tensor, Compute) and is_product(
                 _unsigned(f.tensor.body)):
             t = f.tensor
-            body = transform(t.body, lambda x: with_fresh_axes(x) if isinstance(x, Reduce)
-                             else None)
-            body = substitute(body, dict(zip(t.axes, f.indices, strict=True)))
-            cf, nf, df = flatten(body)
+            cf, nf, df = flatten(t.body)
+            at = dict(zip(t.axes, f.indices, strict=True))
             c *= cf
-            out_num += nf
-            out_den += df
+            out_num += [_part(t, x, at) for x in nf]
+            out_den += [_part(t, x, at) for x in df]
         else:
             out_num.append(f)
     return c, out_num, out_den
+
+
+_PARTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _part(t: Compute, factor: Expr, at: dict) -> Expr:
+    """``factor`` of ``t``'s body at ``t``'s indices ``at``: substituted in, or, when it
+    holds a reduction, read from a compute of its own over the axes it uses (made once
+    per tensor and factor)."""
+    if not any(isinstance(x, Reduce) for x in walk(factor)):
+        return substitute(factor, at)
+    parts = _PARTS.setdefault(t, {})
+    used = tuple(a for a in t.axes if a in free_vars(factor))
+    if factor not in parts:
+        parts[factor] = make_compute(tuple(a.extent for a in used), used, factor,
+                                     f"{t.name}.part{len(parts)}")
+    return Read(parts[factor], tuple(at[a] for a in used), factor.dtype)
