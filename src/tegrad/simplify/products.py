@@ -95,11 +95,9 @@ def rebuild(c: float, num: list[Expr], den: list[Expr], dtype: str) -> Expr:
 def contained(t: Compute, num: list[Expr], den: list[Expr]):
     """``(T[e], used)`` when ``t``'s monomial body is inside, else None; ``used`` holds
     ``("n", k)`` / ``("d", k)`` for the factors it takes."""
-    if not _matchable(t):
+    if not _matchable(t) or len(num) + len(den) > MAX_FACTORS:
         return None
-    ct, tn, td = flatten(t.body)
-    if ct != 1.0 or len(tn) + len(td) < 2 or len(num) + len(den) > MAX_FACTORS:
-        return None
+    _, tn, td = flatten(t.body)
     axes = frozenset(t.axes)
     found = _assign([(p, True) for p in tn] + [(p, False) for p in td], num, den, axes,
                     {}, set())
@@ -116,13 +114,24 @@ def contained(t: Compute, num: list[Expr], den: list[Expr]):
 
 
 def _matchable(t: Compute) -> bool:
-    """A body with a reduction inline (a softmax in one compute) is not matched: the
-    gradient holds its reductions hoisted or reused under other names, so only some of
-    its products would match, and one sum would be split into two that are both made."""
+    """A monomial of at least two factors and coefficient 1, without a reduction inline
+    (a softmax in one compute): the gradient holds such reductions hoisted or reused
+    under other names, so only some of its products would match, and one sum would be
+    split into two that are both made."""
     memo = node_memo(t.body)
-    hit = memo.get("no_reduce")
+    hit = memo.get("matchable")
     if hit is None:
-        hit = memo["no_reduce"] = not any(isinstance(x, Reduce) for x in walk(t.body))
+        c, num, den = flatten(t.body)
+        hit = memo["matchable"] = (is_product(t.body) and c == 1.0 and len(num) + len(den) >= 2
+                                   and not _has_reduce(t.body))
+    return hit
+
+
+def _has_reduce(e: Expr) -> bool:
+    memo = node_memo(e)
+    hit = memo.get("has_reduce")
+    if hit is None:
+        hit = memo["has_reduce"] = any(isinstance(x, Reduce) for x in walk(e))
     return hit
 
 
@@ -182,7 +191,7 @@ def reuse_product(t: Compute, e: Expr) -> Expr | None:
 def reuse_products(e: Expr) -> Expr:
     """Every product in ``e`` that holds the body of a monomial tensor ``e`` reads reads
     that tensor (factors reading a monomial tensor are opened first)."""
-    candidates = [t for t in tensors_read(e) if isinstance(t, Compute) and is_product(t.body)]
+    candidates = [t for t in tensors_read(e) if isinstance(t, Compute) and _matchable(t)]
     if not candidates:
         return e
 
@@ -226,7 +235,7 @@ def _part(t: Compute, factor: Expr, at: dict) -> Expr:
     """``factor`` of ``t``'s body at ``t``'s indices ``at``: substituted in, or, when it
     holds a reduction, read from a compute of its own over the axes it uses (made once
     per tensor and factor)."""
-    if not any(isinstance(x, Reduce) for x in walk(factor)):
+    if not _has_reduce(factor):
         return substitute(factor, at)
     parts = _PARTS.setdefault(t, {})
     used = tuple(a for a in t.axes if a in free_vars(factor))
