@@ -1,12 +1,12 @@
 """Row caches: an expensive value computed in a row reduction is stored for the row's
 output loop instead of being computed twice.
 
-A softmax backward, fused into one kernel, is per row ``i``
+A softmax, fused into one kernel, is per row ``i``
 
-    s1 = sum_k e(k)     s2 = sum_k dY[i, k] e(k)       with e(k) = exp(X[i, k] - m)
-    dX[i, j] = e(j) / s1 - e(j) s2 / s1^2              for every j
+    s = sum_k e(k)      Y[i, j] = e(j) / s      for every j, with e(k) = exp(X[i, k] - m)
 
-so each ``exp`` is evaluated twice. When a reduction ``R`` over one axis ``k`` has the same
+so each ``exp`` is evaluated twice (a softmax gradient that recomputes the forward, per
+row ``s``, ``sum_k dY[i, k] e(k)`` and then ``e(j)`` again, likewise). When a reduction ``R`` over one axis ``k`` has the same
 extent as the innermost output axis ``j``, and a sub-expression ``E(k)`` of its source that
 holds a transcendental op appears as ``E(j)`` in the output body, ``R``'s loop stores
 ``E(k)`` in a row buffer and the output loop reads ``buffer[j]``. Several values of one
