@@ -308,7 +308,7 @@ def test_a_quotient_is_read_only_where_its_tensor_covers_the_index():
     np.testing.assert_allclose(got, 3.0 * av / bv + av[0] / bv[0], rtol=1e-12)
 
 
-def test_reused_quotients_do_not_move_a_row_sum_into_another_sum():
+def test_attention_with_a_float_mask_costs_its_products_in_the_backward():
     # attention with a float mask: the mask's gradient sums over batch and heads a term
     # that holds the softmax rows' sum_k P dP. Matching the softmax output through that
     # row coefficient must keep the row sum a tensor of its own (products._part): inlined,
@@ -323,6 +323,15 @@ def test_reused_quotients_do_not_move_a_row_sum_into_another_sum():
     grads = tg.gradient(y, [q, k, v, m], h)
     # four products of B H L S E, and per score a few row-sum and mask-sum terms
     assert tg.count_ops(grads, given=[y]).macs <= 4 * b * nh * q_len * s_len * (e + 1)
+    # the row max is held constant (as tg.nn.softmax's): no max or tie count in the backward
+    from tegrad.ir.expr import Reduce
+    from tegrad.ir.tensor import Compute
+    from tegrad.ir.traverse import topo_tensors, walk
+
+    forward = set(topo_tensors([y]))
+    assert not any(isinstance(x, Reduce) and x.combiner.kind == "max"
+                   for t in topo_tensors(grads) if isinstance(t, Compute) and t not in forward
+                   for x in walk(t.body))
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(p.shape) for p in (q, k, v, m, h)]
     ts = [torch.tensor(a, requires_grad=True) for a in arrays[:4]]

@@ -9,7 +9,8 @@ with ``b'`` the key/value batch index (the head ``h // (Hq / Hk)`` under grouped
 attention). A boolean mask and ``is_causal`` restrict the reductions with ``where=``
 (no ``-inf`` arithmetic); a float mask is added to the scores. ``q`` is scaled first, so
 the scores, the output and their gradients are plain contractions (BLAS calls); the row
-max and the normalizer are their own computes, evaluated once per row. Dropout is
+max (held constant: ``stop_gradient``) and the normalizer are their own computes,
+evaluated once per row. Dropout is
 refused (it would need its mask as an argument; see ``tg.nn.dropout``).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..frontend.math import exp, if_then_else, logical_not
+from ..frontend.math import exp, if_then_else, logical_not, stop_gradient
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
@@ -46,8 +47,10 @@ def _attend(sizes, q, k, v, allowed, added, name: str) -> Tensor:
         return None if allowed is None else allowed(b, l_, s)
 
     s1 = reduce_axis(source, name="s")
-    top = compute((*batch, length), lambda *i: tmax(
-        logit(i[:-1], i[-1], s1), axis=s1, where=where(i[:-1], i[-1], s1)), name=f"{name}.max")
+    # the shift is held constant, as in tg.nn.softmax: the result does not depend on it,
+    # so differentiating it would only compute a tie count and a zero
+    top = compute((*batch, length), lambda *i: stop_gradient(tmax(
+        logit(i[:-1], i[-1], s1), axis=s1, where=where(i[:-1], i[-1], s1))), name=f"{name}.max")
     s2 = reduce_axis(source, name="s")
     norm = compute((*batch, length), lambda *i: tsum(
         exp(logit(i[:-1], i[-1], s2) - top[i]), axis=s2, where=where(i[:-1], i[-1], s2)),
