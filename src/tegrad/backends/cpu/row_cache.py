@@ -6,11 +6,11 @@ A softmax, fused into one kernel, is per row ``i``
     s = sum_k e(k)      Y[i, j] = e(j) / s      for every j, with e(k) = exp(X[i, k] - m)
 
 so each ``exp`` is evaluated twice (a softmax gradient that recomputes the forward, per
-row ``s``, ``sum_k dY[i, k] e(k)`` and then ``e(j)`` again, likewise). When a reduction ``R`` over one axis ``k`` has the same
-extent as the innermost output axis ``j``, and a sub-expression ``E(k)`` of its source that
-holds a transcendental op appears as ``E(j)`` in the output body, ``R``'s loop stores
-``E(k)`` in a row buffer and the output loop reads ``buffer[j]``. Several values of one
-reduction can be kept (softmax's ``dY e(k)`` and ``e(k)``): the largest first, then each
+row ``s``, ``sum_k dY[i, k] e(k)`` and then ``e(j)`` again, likewise). When a reduction
+``R`` over one axis ``k`` has the same extent as the innermost output axis ``j``, and a
+sub-expression ``E(k)`` of its source that holds a transcendental op appears as ``E(j)``
+in the output body, ``R``'s loop stores ``E(k)`` in a row buffer and the output loop
+reads ``buffer[j]``. Several values of one reduction can be kept (softmax's ``dY e(k)`` and ``e(k)``): the largest first, then each
 part whose twin the output body still uses outside the kept ones. The buffer lives in the
 block where ``R`` is computed (per thread, inside the parallel loop), which encloses the
 output loop, and ``R`` is always computed before that loop runs. Conditions, so that every
