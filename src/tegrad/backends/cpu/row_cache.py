@@ -10,13 +10,13 @@ row ``s``, ``sum_k dY[i, k] e(k)`` and then ``e(j)`` again, likewise). When a re
 ``R`` over one axis ``k`` has the same extent as the innermost output axis ``j``, and a
 sub-expression ``E(k)`` of its source that holds a transcendental op appears as ``E(j)``
 in the output body, ``R``'s loop stores ``E(k)`` in a row buffer and the output loop
-reads ``buffer[j]``. Several values of one reduction can be kept (softmax's ``dY e(k)`` and ``e(k)``): the largest first, then each
-part whose twin the output body still uses outside the kept ones. The buffer lives in the
-block where ``R`` is computed (per thread, inside the parallel loop), which encloses the
-output loop, and ``R`` is always computed before that loop runs. Conditions, so that every
-element is written before it is read: ``R`` depends on output variables only (not on
-another reduction's), outside every guarded branch, and ``E`` depends on ``k`` and on
-variables bound around ``R``.
+reads ``buffer[j]``. Several values of one reduction can be kept (softmax's ``dY e(k)``
+and ``e(k)``): the largest first, then each part whose twin the output body still uses
+outside the kept ones. The buffer lives in the block where ``R`` is computed (per
+thread, inside the parallel loop), which encloses the output loop, and ``R`` is always
+computed before that loop runs. Conditions, so that every element is written before it
+is read: ``R`` depends on output variables only (not on another reduction's), outside
+every guarded branch, and ``E`` depends on ``k`` and on variables bound around ``R``.
 """
 
 from __future__ import annotations
