@@ -149,11 +149,12 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
     size = max(1, math.prod(producer.shape))
     evaluations = sum(_site_evaluations(c, producer) for c in consumers)
     ratio = evaluations / size
-    nodes = walk(source.body)
     if ratio <= 1:
         return True
+    nodes = walk(source.body)
+    reduces = any(isinstance(x, Reduce) for x in nodes)
     if ratio <= MAX_RATIO:
-        if not any(isinstance(x, Reduce) for x in nodes):
+        if not reduces:
             return True
         # a reduction evaluated again: only where that at most doubles the consumers' work
         # (an LSTM's bias gradient, 1024 sums over 1600 rows, is not copied into the two
@@ -162,8 +163,7 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
         extra = (evaluations - size) * _work(source.body, memo)
         own = sum(max(1, math.prod(c.shape)) * _work(c.body, memo) for c in consumers)
         return extra <= own
-    return (ratio <= MAX_CHEAP_RATIO and len(nodes) <= CHEAP_NODES
-            and not any(isinstance(x, Reduce) for x in nodes))
+    return ratio <= MAX_CHEAP_RATIO and len(nodes) <= CHEAP_NODES and not reduces
 
 
 def _work(e: Expr, memo: dict) -> int:

@@ -29,11 +29,13 @@ def height(e: Expr) -> int:
     return hit
 
 
-def canonical_var(v: Var, h: int, position: int) -> Var:
-    key = (v.name, h, position, v.lo, v.extent, v.dtype)
+def canonical_var(name: str, h: int, position: int, like: Var) -> Var:
+    """The one variable named ``name`` with ``like``'s range and dtype at ``position`` of a
+    reduction of height ``h`` (height 0: a compute's output axes, ``common.py``)."""
+    key = (name, h, position, like.lo, like.extent, like.dtype)
     out = _CANONICAL.get(key)
     if out is None:
-        out = Var(v.name, fresh_uid(), v.dtype, v.lo, v.extent)
+        out = Var(name, fresh_uid(), like.dtype, like.lo, like.extent)
         _CANONICAL[key] = out
     return out
 
@@ -44,7 +46,7 @@ def _rename(e: Expr) -> Expr | None:
     h = height(e)
     mapping = {}
     for m, a in enumerate(e.axes):
-        c = canonical_var(a, h, m)
+        c = canonical_var(a.name, h, m, a)
         if c is not a:
             mapping[a] = c
     if not mapping:

@@ -18,26 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..ir.expr import Read, Var, fresh_uid
+from ..ir.expr import Read
 from ..ir.tensor import Compute
 from ..ir.traverse import substitute
-from .canonical import canonical_axes
-
-_POSITIONAL: dict[tuple, Var] = {}
-
-
-def _positional(position: int, axis: Var) -> Var:
-    key = (position, axis.lo, axis.extent, axis.dtype)
-    out = _POSITIONAL.get(key)
-    if out is None:
-        out = _POSITIONAL[key] = Var(f"i_{position}", fresh_uid(), axis.dtype, axis.lo,
-                                     axis.extent)
-    return out
+from .canonical import canonical_axes, canonical_var
 
 
 def structure_key(c: Compute) -> tuple:
     """Equal for computes of equal values (shape, dtype, body up to variable names)."""
-    renamed = {a: _positional(n, a) for n, a in enumerate(c.axes)}
+    renamed = {a: canonical_var(f"i_{n}", 0, n, a) for n, a in enumerate(c.axes)}
     return c.shape, c.dtype, canonical_axes(substitute(c.body, renamed))
 
 

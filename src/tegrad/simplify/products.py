@@ -35,7 +35,6 @@ from __future__ import annotations
 import weakref
 
 from ..ir import dtype as dt
-from ..ir.bounds import interval
 from ..ir.expr import Binary, Const, Expr, Read, Reduce, Unary, binary, const, node_memo, unary
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
@@ -45,7 +44,7 @@ from ..ir.traverse import (
     transform,
     walk,
 )
-from .reuse import unify
+from .reuse import read_bound, unify
 
 MAX_FACTORS = 12  # a longer product is not searched
 
@@ -104,13 +103,8 @@ def contained(t: Compute, num: list[Expr], den: list[Expr]):
     if found is None:
         return None
     binding, used = found
-    if set(binding) != axes:
-        return None
-    for a in t.axes:  # T[e] must stay inside T
-        iv = interval(binding[a])
-        if iv is None or iv[0] < a.lo or iv[1] > a.hi:
-            return None
-    return Read(t, tuple(binding[a] for a in t.axes), t.dtype), used
+    read = read_bound(t, binding)
+    return None if read is None else (read, used)
 
 
 def _matchable(t: Compute) -> bool:

@@ -63,12 +63,19 @@ def match_tensor(t: Compute, x: Expr) -> Read | None:
     binding: dict = {}
     if not unify(t.body, x, frozenset(t.axes), binding, {}):
         return None
+    free = free_vars(x)
+    if any(not free_vars(e) <= free for e in binding.values()):
+        return None
+    return read_bound(t, binding)
+
+
+def read_bound(t: Compute, binding: dict) -> Read | None:
+    """``T[e]`` for the index expressions ``binding`` gives ``T``'s axes, when it gives
+    every axis one and each stays inside ``T`` (``e`` can only take values of its axis):
+    a tensor of 1 row does not stand for the same value over 2 rows."""
     if set(binding) != set(t.axes):
         return None
-    free = free_vars(x)
-    if any(not free_vars(binding[a]) <= free for a in t.axes):
-        return None
-    for a in t.axes:  # T[e] must stay inside T: e can only take values of T's axis
+    for a in t.axes:
         iv = interval(binding[a])
         if iv is None or iv[0] < a.lo or iv[1] > a.hi:
             return None
