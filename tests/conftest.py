@@ -1,4 +1,8 @@
-"""Shared pytest setup: Hypothesis profiles.
+"""Shared pytest setup: Hypothesis profiles, and the disk cache of generated programs off.
+
+Tests that patch differentiation or planning must see their patch, not a program a
+previous run stored (``ir/disk_cache.py``); the cache's own tests turn it on, each with a
+new directory. ``TEGRAD_GRAPH_CACHE=1 pytest`` runs every test with it on.
 
 Profiles (pick with the environment variable HYPOTHESIS_PROFILE):
   default / ci  150 examples per property, no deadline (kernels compile on first use)
@@ -21,3 +25,4 @@ settings.register_profile("default", max_examples=150, **_COMMON)
 settings.register_profile("ci", max_examples=150, **_COMMON)
 settings.register_profile("long", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")

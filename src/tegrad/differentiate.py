@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
+from .ir.disk_cache import remembered
 from .ir.tensor import Tensor, compute
 from .simplify import simplify_compute
 from .simplify.common import CommonComputes
@@ -16,12 +17,13 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
     ``prefix + input.shape``. ``head=None`` is the identity, so the results are full
     Jacobians (``output.shape + input.shape``). Results are ordinary tensors in gather
     form wherever the index equations could be solved; equal computes are made once
-    (``simplify/common.py``).
+    (``simplify/common.py``). A new process asking for the gradient of an equal graph
+    loads it from the disk cache (``ir/disk_cache.py``).
     """
-    single = isinstance(inputs, Tensor)
-    grads = reverse.gradient(output, [inputs] if single else inputs, head,
-                             finish=CommonComputes(simplify_compute))
-    return grads
+    wrt = [inputs] if isinstance(inputs, Tensor) else inputs
+    return remembered("gradient", (output, wrt, head),
+                      lambda: reverse.gradient(output, wrt, head,
+                                               finish=CommonComputes(simplify_compute)))
 
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:

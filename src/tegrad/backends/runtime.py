@@ -41,7 +41,8 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     check_signature(ins, outs)
     from ..lower.plan import plan
 
-    target, (program,) = make_programs(lambda: [(plan(outs), ins)], target)
+    target, (program,) = make_programs(lambda: [(plan(outs), ins)], target,
+                                       remember=(ins, outs))
     expected = input_specs(ins)
 
     def run(*arrays):
@@ -55,10 +56,13 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     return run
 
 
-def make_programs(make_plans, target: str | None) -> tuple[str, list]:
+def make_programs(make_plans, target: str | None, remember: tuple | None = None
+                  ) -> tuple[str, list]:
     """``(target, programs)``: one program per ``(plan, inputs)`` of ``make_plans()`` for the
     target (None: the fastest available; if that is the compiled one and it cannot build
-    for this machine, the NumPy backend, with a warning)."""
+    for this machine, the NumPy backend, with a warning). ``remember``: the tensors that
+    ``make_plans`` depends on alone; the cpu target then keeps its blueprints in the disk
+    cache (``ir/disk_cache.py``), so a new process building an equal program loads them."""
     chosen = target is None
     target = target or default_target()
     if target == "cuda":
@@ -68,20 +72,24 @@ def make_programs(make_plans, target: str | None) -> tuple[str, list]:
         )
     if target not in TARGETS:
         raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
-    made = make_plans()
     from .numpy_backend import NumpyProgram
 
     if target == "numpy":
-        return target, [NumpyProgram(p, ins) for p, ins in made]
+        return target, [NumpyProgram(p, ins) for p, ins in make_plans()]
     from .cpu.compiler import CompilerMissing, compiler
 
     if compiler() is None:
         raise CompilerMissing("target 'cpu' needs a C compiler (set CC or install gcc); "
                               "target=None falls back to 'numpy'")
-    from .cpu.program import CpuProgram
+    from ..ir.disk_cache import remembered
+    from .cpu.program import CpuProgram, blueprint
+
+    def blueprints():
+        return [(blueprint(p), ins) for p, ins in make_plans()]
 
     try:
-        return target, [CpuProgram(p, ins) for p, ins in made]
+        made = blueprints() if remember is None else remembered("cpu", remember, blueprints)
+        return target, [CpuProgram(b, ins) for b, ins in made]
     except CompileError as error:
         if not chosen:
             raise

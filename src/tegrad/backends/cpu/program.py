@@ -16,9 +16,11 @@ import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
+from ...ir.tensor import Tensor
 from ...lower.fusion import fuse
 from ...lower.plan import Plan
 from ..numpy_backend import dead_after
@@ -58,28 +60,72 @@ def num_threads() -> int:
     return _cores()
 
 
+@dataclass(frozen=True)
+class KernelText:
+    """A general kernel's C function and what calling it needs (from ``KernelSource``,
+    without the generator's working state, so that a blueprint pickles small)."""
+
+    tensor: Tensor
+    name: str
+    text: str
+    args: tuple  # outputs first, then each tensor read
+    outputs: int
+    gathers: tuple
+
+
+@dataclass
+class Blueprint:
+    """What a ``CpuProgram`` is made from: its plan fused and grouped, and per kernel a
+    general kernel's C (``KernelText``), a scan's step blueprint, or None (contractions,
+    scatters). Plain data, so ``tg.build`` keeps it in the disk cache
+    (``ir/disk_cache.py``): a warm process does not plan or generate C again."""
+
+    plan: Plan
+    parts: list
+
+    def texts(self) -> list[KernelText]:
+        """Every general kernel's C, step blueprints' included: one library."""
+        out = []
+        for part in self.parts:
+            out += part.texts() if isinstance(part, Blueprint) else [part] if part else []
+        return out
+
+
+def blueprint(plan: Plan, named: list | None = None) -> Blueprint:
+    """``plan`` fused, grouped and its general kernels written in C; kernels are named
+    ``k0, k1, ...`` across the step blueprints (``named``: the names given so far)."""
+    named = [] if named is None else named
+    plan = group(fuse(plan))
+    parts: list = []
+    for kernel in plan.kernels:
+        if kernel.kind == "general":
+            detail = kernel.detail
+            src = KernelSource(kernel.tensor, getattr(detail, "body_of", kernel.tensor),
+                               f"k{len(named)}", getattr(detail, "also", ()),
+                               getattr(detail, "columns", ()))
+            named.append(src.name)
+            parts.append(KernelText(src.tensor, src.name, src.text, tuple(src.args),
+                                    src.outputs, tuple(src.gathers)))
+        elif kernel.kind == "scan":
+            parts.append(blueprint(kernel.detail.plan, named))
+        else:
+            parts.append(None)
+    return Blueprint(plan, parts)
+
+
 class _Unit:
     """The kernels of one program (and its scans' step programs): one library."""
 
-    def __init__(self):
-        self.sources: list[KernelSource] = []
+    def __init__(self, texts: list[KernelText]):
+        self.texts = [k.text for k in texts]
         self.lib = None
 
-    def add(self, kernel) -> KernelSource:
-        detail = kernel.detail
-        body_of = getattr(detail, "body_of", kernel.tensor)
-        src = KernelSource(kernel.tensor, body_of, f"k{len(self.sources)}",
-                           getattr(detail, "also", ()), getattr(detail, "columns", ()))
-        self.sources.append(src)
-        return src
-
     def load(self) -> None:
-        texts = [s.text for s in self.sources]
         # the product and copy helpers are built (on a first run: cached after) meanwhile
         with ThreadPoolExecutor(max_workers=2) as side:
             helpers = [side.submit(_build_quietly, build) for build in (copy_helper, gemm_helper)]
-            self.lib = load("\n\n".join([PRELUDE, *texts]),
-                            split_units(PRELUDE, texts, compile_jobs()))
+            self.lib = load("\n\n".join([PRELUDE, *self.texts]),
+                            split_units(PRELUDE, self.texts, compile_jobs()))
             for job in helpers:
                 job.result()
 
@@ -98,7 +144,7 @@ class _Compiled:
     against the dtype (an interned ``np.dtype``) and C-order strides it is compiled for,
     a small output is not pooled, and the error slots are a ctypes array."""
 
-    def __init__(self, src: KernelSource, unit: _Unit):
+    def __init__(self, src: KernelText, unit: _Unit):
         self.src = src
         self.unit = unit
         self.fn = None
@@ -176,23 +222,25 @@ def _copy(dst, src):
 
 
 class CpuProgram:
-    def __init__(self, plan: Plan, inputs, unit: _Unit | None = None):
-        self.plan = group(fuse(plan))
+    """A blueprint's kernels bound to their compiled functions (``unit``: the library of
+    the top program, shared by its scans' step programs)."""
+
+    def __init__(self, made: Blueprint, inputs, unit: _Unit | None = None):
+        self.plan = made.plan
         self.inputs = inputs
         self.dead_after = dead_after(self.plan)
         top = self.top = unit is None
         self.pool = BufferPool()
         self.trace = threading.local()  # a step's trace, per thread (step_trace.py)
-        unit = unit or _Unit()
+        unit = unit or _Unit(made.texts())
         self.steps = []
-        for kernel in self.plan.kernels:
+        for kernel, part in zip(self.plan.kernels, made.parts, strict=True):
             if kernel.kind == "general":
-                self.steps.append(_Compiled(unit.add(kernel), unit))
+                self.steps.append(_Compiled(part, unit))
             elif kernel.kind == "contraction":
                 self.steps.append(ReplayedContraction(kernel.detail, _THREADS))
             elif kernel.kind == "scan":
-                step = CpuProgram(kernel.detail.plan, kernel.detail.step.placeholders(), unit)
-                self.steps.append(step)
+                self.steps.append(CpuProgram(part, kernel.detail.step.placeholders(), unit))
             else:
                 self.steps.append(None)
         if top:

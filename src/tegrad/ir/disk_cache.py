@@ -1,0 +1,105 @@
+"""Generated programs kept on disk: a new process reloads them instead of generating again.
+
+``remembered(kind, objects, make)`` returns ``make()`` and stores it. A later call, in
+this process or another, whose ``objects`` have the same structure (``serialize.key``)
+loads the stored result against its own objects instead of calling ``make``. ``tg.gradient``
+stores its gradients keyed by the output, the inputs and the head. ``tg.build`` on the cpu
+target stores its kernels' plan and C text keyed by the program. A warm process therefore
+neither differentiates nor plans again.
+
+Files live under ``$TEGRAD_CACHE_DIR`` (default ``~/.cache/tegrad``) as
+``graphs/<kind>-<hash>.pkl``. The hash covers the key's bytes, tegrad's own source files
+(their sizes and times of change) and the Python version, so a changed tegrad never reads
+an old entry. Writes are atomic: a temporary file is renamed into place. An entry that
+cannot be read is made again and overwritten.
+
+The following are not stored; they are made as before:
+- a result whose ``make`` warned (a load would not warn again);
+- objects that cannot be pickled (``serialize.Unstorable``: a custom reducer's identity
+  given as a lambda).
+
+``TEGRAD_GRAPH_CACHE=0`` turns the cache off. The test suite does so, except in the tests
+of this cache, because tests that patch generation must see their patch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+from . import serialize
+
+
+def cache_root() -> Path:
+    """``$TEGRAD_CACHE_DIR``, default ``~/.cache/tegrad`` (also the compiled kernels')."""
+    return Path(os.environ.get("TEGRAD_CACHE_DIR") or Path.home() / ".cache" / "tegrad")
+
+
+def enabled() -> bool:
+    return os.environ.get("TEGRAD_GRAPH_CACHE", "1") != "0"
+
+
+@cache
+def _source_hash() -> str:
+    """The interpreter's version and each of tegrad's source files (path, size, time of its
+    last change): what generation depends on. Stat, not read: 6 ms less per process."""
+    package = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(sys.version.encode())
+    for path in sorted(package.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(package)} {stat.st_size} {stat.st_mtime_ns}\n"
+                      .encode())
+    return digest.hexdigest()
+
+
+def entry_path(kind: str, key_bytes: bytes) -> Path:
+    digest = hashlib.sha256(_source_hash().encode() + kind.encode() + key_bytes)
+    return cache_root() / "graphs" / f"{kind}-{digest.hexdigest()[:32]}.pkl"
+
+
+def remembered(kind: str, objects, make: Callable[[], object]):
+    """``make()``, or the result a call with equally structured ``objects`` stored."""
+    if not enabled():
+        return make()
+    try:
+        key_bytes, anchors = serialize.key(objects)
+    except serialize.Unstorable:
+        return make()
+    path = entry_path(kind, key_bytes)
+    try:
+        data = path.read_bytes()
+    except OSError:
+        data = None
+    if data is not None:
+        try:
+            return serialize.load(data, anchors)
+        except Exception:  # noqa: BLE001 - a damaged or foreign entry: made again below
+            pass
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = make()
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if not caught:
+        _write(path, result, anchors)
+    return result
+
+
+def _write(path: Path, result, anchors: list) -> None:
+    try:
+        data = serialize.store(result, anchors)
+    except serialize.Unstorable:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            f.write(data)
+        os.replace(f.name, path)
+    except OSError:  # a read-only or full disk: the result is still returned
+        pass
