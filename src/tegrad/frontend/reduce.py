@@ -14,6 +14,7 @@ from ..ir.expr import (
     SUM,
     Combiner,
     Expr,
+    FixedIdentity,
     Reduce,
     Var,
     as_expr,
@@ -104,9 +105,8 @@ class CommReducer:
             body = cast(as_expr(self.fcombine(lhs, rhs), lhs), dtype)
             identity = self.fidentity(dtype)
             ident = identity if isinstance(identity, Expr) else const(identity, dtype)
-            self._by_dtype[dtype] = Combiner(
-                "custom", self.name, lhs, rhs, body, lambda _d, v=ident: v
-            )
+            self._by_dtype[dtype] = Combiner("custom", self.name, lhs, rhs, body,
+                                             FixedIdentity(ident))
         return self._by_dtype[dtype]
 
     def __call__(self, expr, axis, where=None) -> Expr:

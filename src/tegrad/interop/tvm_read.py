@@ -45,6 +45,7 @@ from ..ir.expr import (
     Combiner,
     Const,
     Expr,
+    FixedIdentity,
     Reduce,
     Var,
     binary,
@@ -309,7 +310,7 @@ class _Reader:
             env = {handle(x): lhs, handle(y): rhs}
             body = cast(self.expr(res, env), dtype)
             ident = cast(ident, dtype)
-            found = Combiner("custom", "comm_reducer", lhs, rhs, body, lambda _d, v=ident: v)
+            found = Combiner("custom", "comm_reducer", lhs, rhs, body, FixedIdentity(ident))
         self.combiners[key] = (found, c)
         return found
 

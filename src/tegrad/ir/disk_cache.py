@@ -29,11 +29,16 @@ import os
 import sys
 import tempfile
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
 from . import serialize
+
+# What ``remembered`` did in this process, by kind: "<kind> loaded", "<kind> made" and
+# "<kind> stored" (a made result that was written).
+STATS: Counter = Counter()
 
 
 def cache_root() -> Path:
@@ -78,28 +83,36 @@ def remembered(kind: str, objects, make: Callable[[], object]):
         data = None
     if data is not None:
         try:
-            return serialize.load(data, anchors)
+            result = serialize.load(data, anchors)
+            STATS[f"{kind} loaded"] += 1
+            return result
         except Exception:  # noqa: BLE001 - a damaged or foreign entry: made again below
             pass
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = make()
+    STATS[f"{kind} made"] += 1
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    if not caught:
-        _write(path, result, anchors)
+    if not caught and _write(path, result, anchors):
+        STATS[f"{kind} stored"] += 1
     return result
 
 
-def _write(path: Path, result, anchors: list) -> None:
+def _write(path: Path, result, anchors: list) -> bool:
     try:
         data = serialize.store(result, anchors)
     except serialize.Unstorable:
-        return
+        return False
+    temporary = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            temporary = f.name
             f.write(data)
-        os.replace(f.name, path)
+        os.replace(temporary, path)
     except OSError:  # a read-only or full disk: the result is still returned
-        pass
+        if temporary is not None and os.path.exists(temporary):
+            os.unlink(temporary)
+        return False
+    return True

@@ -256,6 +256,18 @@ class Combiner(metaclass=Interned):
         return self.name
 
 
+@dataclass(frozen=True, eq=False)
+class FixedIdentity:
+    """A custom combiner's ``identity``: the same expression whatever the dtype asked (the
+    combiner is made per dtype). A class, not a lambda, so that a program holding the
+    combiner can be stored (``serialize.py``)."""
+
+    value: Expr
+
+    def __call__(self, dtype: str) -> Expr:
+        return self.value
+
+
 def _int_limit(dtype: str) -> int:
     return (1 << 31) - 1 if dtype == "int32" else (1 << 63) - 1
 
