@@ -282,3 +282,26 @@ def test_gradient_and_cpu_entries_are_written_and_read(cache_on):
     np.testing.assert_array_equal(got, want)
     assert disk_cache.STATS["gradient loaded"] == 1 and disk_cache.STATS["cpu loaded"] == 1
     assert entries(cache_on) == names
+
+
+@pytest.mark.skipif(compiler.compiler() is None, reason="no C compiler")
+def test_build_vjp_loads_its_two_programs(cache_on):
+    x = tg.placeholder((5, 2, 3), F64, "x")
+    h0, c0 = tg.placeholder((2, 4), F64, "h0"), tg.placeholder((2, 4), F64, "c0")
+    w = [tg.placeholder(s, F64, n) for n, s in (("wih", (16, 3)), ("whh", (16, 4)))]
+    out = tg.nn.lstm(x, h0, c0, *w)[0]
+    ins = [x, h0, c0, *w]
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal(p.shape) for p in ins]
+    head = rng.standard_normal(out.shape)
+    runs = []
+    for _ in range(2):
+        forward, backward = tg.build_vjp(ins, out, target="cpu")
+        y, saved = forward(*arrays)
+        runs.append((y, saved.names, backward(saved, head)))
+    assert disk_cache.STATS["cpu made"] == 1 and disk_cache.STATS["cpu loaded"] == 1
+    (y0, names0, grads0), (y1, names1, grads1) = runs
+    np.testing.assert_array_equal(y1, y0)
+    assert names1 == names0 and "lstm" in " ".join(names0)
+    for g1, g0 in zip(grads1, grads0, strict=True):
+        np.testing.assert_array_equal(g1, g0)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..ir import dtype as dt
-from ..ir.tensor import Tensor, placeholder
+from ..ir.tensor import Placeholder, Tensor, placeholder
 from .runtime import check_signature, checked_feed, input_specs, make_programs
 
 
@@ -56,17 +56,22 @@ class SplitVJP:
         from ..lower.split import split_plan
 
         self.outputs, self.heads = list(outputs), list(heads)
-        cut: list = []
 
         def plans():
             first, second, residuals, read = split_plan(plan([*self.outputs, *grads]),
                                                         self.outputs, list(grads))
             kept = [p for p in read if not any(p is h for h in self.heads)]
-            cut[:] = [residuals, kept]
             return [(first, list(inputs)), (second, [*kept, *residuals, *self.heads])]
 
-        self.target, (self.forward_program, self.backward_program) = make_programs(plans, target)
-        self.residuals, self.kept_inputs = cut
+        self.target, (self.forward_program, self.backward_program) = make_programs(
+            plans, target, remember=(list(inputs), self.outputs, self.heads, list(grads)))
+        # the backward's inputs, from its program: plans() does not run when the cpu
+        # target loads them from the disk cache. Kept inputs are placeholders; residuals,
+        # made by the forward, are not.
+        taken = self.backward_program.inputs[:len(self.backward_program.inputs)
+                                             - len(self.heads)]
+        self.kept_inputs = [t for t in taken if isinstance(t, Placeholder)]
+        self.residuals = [t for t in taken if not isinstance(t, Placeholder)]
         # the tensors a backward reads, inputs first
         self.saved_tensors = [*self.kept_inputs, *self.residuals]
 
