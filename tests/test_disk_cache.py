@@ -305,3 +305,19 @@ def test_build_vjp_loads_its_two_programs(cache_on):
     assert names1 == names0 and "lstm" in " ".join(names0)
     for g1, g0 in zip(grads1, grads0, strict=True):
         np.testing.assert_array_equal(g1, g0)
+
+
+def test_a_deep_chain_of_tensors_is_stored(cache_on):
+    """Pickle recurses through what it writes; tensors go out inputs first, so a chain of
+    hundreds of computes (a ResNet's) does not exceed the recursion limit."""
+    x = tg.placeholder((3,), F64, "x")
+    t = x
+    for n in range(1500):
+        t = tg.compute((3,), lambda i, t=t: tg.sin(t[i]) * 0.5, name=f"c{n}")
+    head = tg.placeholder((3,), F64, "h")
+    grads = tg.gradient(t, [x], head=head)
+    assert disk_cache.STATS == {"gradient made": 1, "gradient stored": 1}
+    loaded = round_trip(grads, (t, [x], head))
+    arrays = [np.linspace(0.1, 0.3, 3), np.ones(3)]
+    np.testing.assert_array_equal(tg.build([x, head], loaded, target="numpy")(*arrays),
+                                  tg.build([x, head], grads, target="numpy")(*arrays))

@@ -47,6 +47,7 @@ from .expr import (
     Cast,
     Combiner,
     Const,
+    Expr,
     Read,
     Reduce,
     Select,
@@ -56,6 +57,7 @@ from .expr import (
 )
 from .scan import LAG_READS, STATE_OF, STEP_VALUES, ScanOp, ScanOutput, StepGraph
 from .tensor import Compute, Placeholder, Tensor
+from .traverse import topo_tensors
 
 REGISTRIES = (LAG_READS, STATE_OF, STEP_VALUES)
 _BUILTIN = {c.kind: c for c in (SUM, PROD, MAX, MIN, ARGMAX, ARGMIN)}
@@ -140,8 +142,11 @@ class _Writer(pickle.Pickler):
         return cls, tuple(self.same(getattr(obj, f)) for f in _BY_FIELDS[cls])
 
     def dump_all(self, objects) -> None:
-        """``objects``, then the side-table entries of every IR object written, batch by
+        """Every tensor ``objects`` hold, inputs first, so that pickle's recursion never
+        follows a chain of tensors (a ResNet's is hundreds deep), only one tensor's body.
+        Then ``objects``, then the side-table entries of every IR object written, batch by
         batch (an entry's value may write more objects), ended by None."""
+        self.dump(topo_tensors(_tensors_in(objects)))
         self.dump(objects)
         done = 0
         while done < len(self.written):
@@ -154,6 +159,29 @@ class _Writer(pickle.Pickler):
             if batch:
                 self.dump(batch)
         self.dump(None)
+
+
+def _tensors_in(objects) -> list[Tensor]:
+    """The tensors in ``objects``, through lists, tuples, dicts and dataclasses (not sets:
+    their order is not the structure's), in a fixed order."""
+    found, seen, stack = [], set(), [objects]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Tensor):
+            found.append(x)
+        elif isinstance(x, Expr) or id(x) in seen:
+            continue
+        elif isinstance(x, list | tuple):
+            seen.add(id(x))
+            stack.extend(reversed(x))
+        elif isinstance(x, dict):
+            seen.add(id(x))
+            for k, v in reversed(x.items()):
+                stack += [v, k]
+        elif dataclasses.is_dataclass(x) and hasattr(x, "__dict__"):  # (not a combiner)
+            seen.add(id(x))
+            stack.extend(reversed(vars(x).values()))
+    return found
 
 
 _IR_TYPES = frozenset({Var, Placeholder, ScanOutput, Combiner, ScanOp, StepGraph,
@@ -171,7 +199,7 @@ def key(objects) -> tuple[bytes, list]:
     writer = _Writer(out, [], None)
     try:
         writer.dump_all(objects)
-    except (pickle.PicklingError, TypeError, AttributeError) as error:
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as error:
         raise Unstorable(str(error)) from error
     return out.getvalue(), writer.written
 
@@ -186,7 +214,7 @@ def store(objects, anchors: list) -> bytes:
         out = io.BytesIO()
         pickle.dump(len(ranks), out, protocol=_PROTOCOL)
         _Writer(out, anchors, ranks).dump_all(objects)
-    except (pickle.PicklingError, TypeError, AttributeError) as error:
+    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as error:
         raise Unstorable(str(error)) from error
     return out.getvalue()
 
@@ -216,6 +244,7 @@ class Reader(pickle.Unpickler):
         return self.anchors[at]
 
     def load_all(self):
+        self.load()  # the tensors first (see dump_all)
         objects = self.load()
         while (batch := self.load()) is not None:
             for n, x, value in batch:
