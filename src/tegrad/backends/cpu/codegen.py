@@ -56,6 +56,7 @@ from .kernel_facts import (
     column_order,
     eager,
     reads_in_bounds,
+    reciprocals,
     regions,
     specialized,
     unshadow,
@@ -135,7 +136,7 @@ class KernelSource(ReductionEmitter):
         axes = body_of.axes
         size = math.prod(shape)
         parallel = size * _work_per_point(body_of.body) >= PARALLEL_WORK and size > 1
-        body = unshadow(body_of.body, frozenset(axes))
+        body = reciprocals(unshadow(body_of.body, frozenset(axes)))
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
         split = regions(body, axes[0], shape[0]) if len(axes) == 1 else None
         if split:  # one loop nest per range (``_region_loops`` for the last of 2+ axes)
@@ -226,13 +227,13 @@ class KernelSource(ReductionEmitter):
                           for k, v in enumerate(axes)) or "0"
         self.stack[-1].items.append(f"a0[{flat}] = {value};")
         for tensor, other in self.also:  # the same point of the grouped kernels' arrays
-            other = unshadow(other, frozenset(axes))
+            other = reciprocals(unshadow(other, frozenset(axes)))
             self.stack[-1].items.append(f"{self.arg(tensor)}[{flat}] = {self.value(other)};")
         for m, (tensor, summand) in enumerate(self.columns):  # this thread's column sums
             ctype = LOCAL_CTYPE[tensor.dtype]
             blocks[0].items.insert(0, f"{ctype} *restrict mine{m} = "
                                       f"{self._partial_row(m, 'omp_get_thread_num()')};")
-            summand = unshadow(summand, frozenset(axes))
+            summand = reciprocals(unshadow(summand, frozenset(axes)))
             self.stack[-1].items.append(
                 f"mine{m}[{self.var(axes[-1])}] += {self.value(summand)};")
         innermost = self.stack[-1]
@@ -311,15 +312,28 @@ class KernelSource(ReductionEmitter):
     def _row_buffers(self, body: Expr, axes, shape, blocks: list) -> None:
         """Declare the row caches of ``row_cache.py`` where their reductions go, and emit
         those reductions first: a buffer is read only if some loop has written it (a
-        reduction fused into a sibling's loop writes through the sibling's variable)."""
+        reduction fused into a sibling's loop writes through the sibling's variable).
+
+        The first buffer of the output's dtype whose block knows the row is the output's
+        own row: the reduction writes ``E(k)`` there, and the output loop reads
+        ``E(j)`` back before it writes element ``j`` (a softmax: ``exp`` into ``Y``'s
+        row, then ``Y[j] = Y[j] * (1 / s)``). That skips a stack buffer; a 4096 x 1024
+        softmax took 2.36 ms instead of 2.72 ms, one-off C timing (not in the repo)."""
         found = row_caches(body, axes, shape)
         homes: dict = {}
+        row_start = self._output_row(axes, shape)
         for e, twin, r in found:
             fv = free_vars(r)
             home = next((b for b in reversed(blocks) if b.binds & fv), self.root)
             if twin not in self.cache_read:
                 buffer = self.fresh("row")
-                home.items.insert(0, f"{LOCAL_CTYPE[e.dtype]} {buffer}[{shape[-1]}];")
+                bound = set().union(*(b.binds for b in blocks[:_index(blocks, home) + 1]))
+                if (row_start and e.dtype == self.tensor.dtype
+                        and set(axes[:-1]) <= bound):  # the output's own row (see above)
+                    home.items.insert(0, f"{LOCAL_CTYPE[e.dtype]} *{buffer} = a0 + {row_start};")
+                    row_start = None
+                else:
+                    home.items.insert(0, f"{LOCAL_CTYPE[e.dtype]} {buffer}[{shape[-1]}];")
                 self.cache_read[twin] = (buffer, axes[-1])
                 homes[buffer] = home
             buffer = self.cache_read[twin][0]
@@ -327,6 +341,11 @@ class KernelSource(ReductionEmitter):
                 self.cache_write[e] = (buffer, r.axes[0])
         for r in dict.fromkeys(r for _, _, r in found):
             self.value(r)
+
+    def _output_row(self, axes, shape) -> str | None:
+        """The offset in ``a0`` of the output row at the bound ``axes[:-1]``."""
+        return " + ".join(f"{self.var(v)} * {math.prod(shape[k + 1:])}L"
+                          for k, v in enumerate(axes[:-1])) or None
 
     def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
         """A reduction along the outer dimension of its reads (``dW[d] = sum_n dY[n, d]
@@ -494,6 +513,10 @@ def _work_per_point(body: Expr) -> int:
     additions: an LSTM step's gates are worth two threads at 8K points)."""
     calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in c_ops.TRANSCENDENTAL)
     return reduction_width(body) * (1 + TRANSCENDENTAL_COST * calls)
+
+
+def _index(blocks: list, block) -> int:
+    return next((k for k, b in enumerate(blocks) if b is block), -1)
 
 
 def _plain_division(e: Binary) -> bool:
