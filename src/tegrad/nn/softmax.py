@@ -1,6 +1,6 @@
 """Softmax and friends along one axis, each one stable compute (the max subtracted):
 
-    softmax(x)_j     = e^(x_j - m) / sum_k e^(x_k - m),       m = max_k x_k
+    softmax(x)_j     = e^(x_j - m) (1 / sum_k e^(x_k - m)),   m = max_k x_k
     log_softmax(x)_j = x_j - m - log sum_k e^(x_k - m)
     logsumexp(x)     = m + log sum_k e^(x_k - m)
 
@@ -68,7 +68,9 @@ def _along(x: Tensor, dim, op: str, dtype, kind: str, negate: bool = False) -> T
     def body(*i):
         r = i[:d] + i[d + 1:]
         shifted = at(r, i[d]) - m[r]
-        return exp(shifted) / total[r] if kind == "softmax" else shifted - log(total[r])
+        if kind == "softmax":  # times the reciprocal, as torch: one division per row
+            return exp(shifted) * (1.0 / total[r])
+        return shifted - log(total[r])
 
     return compute(x.shape, body, name=name)
 

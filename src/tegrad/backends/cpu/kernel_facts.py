@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 
-from ...ir import dtype as dt
 from ...ir.affine import linearize, single_bound
 from ...ir.bounds import interval, is_pure_index
 from ...ir.expr import (
@@ -22,15 +21,12 @@ from ...ir.expr import (
     Reduce,
     Select,
     Var,
-    binary,
     conjunction,
-    const,
     select,
     split_conjunction,
 )
 from ...ir.traverse import (
     children,
-    free_vars,
     substitute,
     transform,
     walk,
@@ -38,22 +34,6 @@ from ...ir.traverse import (
     with_fresh_axes,
 )
 from ...simplify.pipeline import merge_nested_sums
-
-
-def reciprocals(e: Expr) -> Expr:
-    """``a / b`` as ``a * (1 / b)`` where ``b`` depends on fewer loop variables than
-    ``a`` (a softmax's ``e / sum``): code motion then evaluates ``1 / b`` once in ``b``'s
-    loop, and the inner loop multiplies (a vector division costs about ten
-    multiplications). The result may differ from the division by one rounding, as in
-    PyTorch's softmax, which does the same."""
-
-    def fn(x: Expr) -> Expr | None:
-        if (isinstance(x, Binary) and x.op == "div" and dt.is_float(x.dtype)
-                and free_vars(x.b) < free_vars(x.a)):
-            return binary("mul", x.a, binary("div", const(1, x.b.dtype), x.b))
-        return None
-
-    return transform(e, fn)
 
 
 def unshadow(e: Expr, bound: frozenset) -> Expr:
