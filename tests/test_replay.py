@@ -246,3 +246,41 @@ def test_data_address_is_the_arrays_data_pointer():
     for a in (np.zeros(5), np.zeros((4, 6), np.float32)[1:, ::2], np.zeros(3)[::-1]):
         assert data_address(a) == a.ctypes.data
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("mode", ["forward", "gradient"])
+def test_scan_products_pack_their_weight_once_per_run(dtype, mode, monkeypatch):
+    """An LSTM step's ``h W^T`` (and the adjoint's ``dpre W``) pack ``W`` at the first
+    step of each run (``packed.py``, MKL only): results equal the NumPy backend's, also
+    after ``W`` changed in place between two calls."""
+    from tegrad.backends.cpu import packed
+
+    made = []
+    make = packed.PackedGemm.make
+    monkeypatch.setattr(packed.PackedGemm, "make", classmethod(
+        lambda cls, *args: made.append(make(*args)) or made[-1]))
+    ph = lambda shape, name: tg.placeholder(shape, dtype, name)  # noqa: E731
+    x, h0, c0 = ph((7, 16, 8), "x"), ph((16, 32), "h0"), ph((16, 32), "c0")
+    wih, whh = ph((128, 8), "wih"), ph((128, 32), "whh")
+    out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
+    ins = [x, h0, c0, wih, whh]
+    if mode == "gradient":
+        head = ph(out.shape, "head")
+        ins, outs = [*ins, head], [out, *tg.gradient(out, [x, whh], head=head)]
+    else:
+        outs = [out]
+    rng = np.random.default_rng(0)
+    arrays = [(0.3 * rng.standard_normal(p.shape)).astype(dtype) for p in ins]
+    f = tg.build(ins, outs, target="cpu")
+    reference = tg.build(ins, outs, target="numpy")
+    for _ in range(3):  # the first call traces the steps; later ones replay them
+        for got, want in zip(f(*arrays), reference(*arrays), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10,
+                                       atol=1e-5 if dtype == "float32" else 1e-12)
+        arrays[4] *= 1.5  # whh changed in place: the next run packs it again
+    from tegrad.backends.cpu.gemm import blas_name
+
+    if blas_name() == "mkl":
+        assert made and all(p is not None for p in made)
+        assert len(made) == (2 if mode == "gradient" else 1)

@@ -82,6 +82,8 @@ class _Stepper:
     def run(self, start: int, stop: int, read_row, target) -> None:
         step, feed = self.step, self.feed
         run_into, outputs = getattr(self.program, "run_into", None), self.outputs
+        if hasattr(self.program, "new_run"):  # (its packed weights: cpu/packed.py)
+            self.program.new_run()
         for t in range(start, stop):
             for (n, lag), p in step.lagged.items():
                 feed[p] = read_row(n, t - lag) if t - lag >= 0 else self._zeros(p)

@@ -137,6 +137,7 @@ class Blas:
         self.wide = False
         self.found = True
         self.name = "mkl"
+        self.path = path
         return True
 
     @cached_property

@@ -273,6 +273,13 @@ class CpuProgram:
             self.trace.made = StepTrace.make(self, feed, _THREADS)
         return results
 
+    def new_run(self) -> None:
+        """A scan starts its steps (``scan_run._Stepper``): this thread's trace, if any,
+        packs its fixed operands again (``packed.py``)."""
+        trace = getattr(self.trace, "made", None)
+        if trace is not None:
+            trace.new_run()
+
     def _run_kernels(self, feed: dict) -> list[np.ndarray]:
         arrays = dict(feed)
         for k, kernel in enumerate(self.plan.kernels):

@@ -216,9 +216,11 @@ class _Recipe:
         self.replay([*map(data_address, inputs), data_address(out)], out, threads)
         return out
 
-    def replay(self, addresses: list[int], out: np.ndarray, threads: int) -> None:
+    def replay(self, addresses: list[int], out: np.ndarray, threads: int,
+               actions: list | None = None) -> None:
         """The logged calls on the inputs and output at ``addresses`` (the output last;
-        ``out`` is that output, zeroed first when the products do not cover it)."""
+        ``out`` is that output, zeroed first when the products do not cover it);
+        ``actions``: the caller's version of them (a step trace's packed products)."""
         owned = getattr(self.local, "addresses", None)
         if owned is None:  # this thread's copies of the owned buffers
             with self.lock:  # (the bytes the calls write are rewritten before each read)
@@ -229,7 +231,7 @@ class _Recipe:
         if not self.covers:
             out.fill(0)
         bases = addresses + owned
-        for call, operands in self.actions:
+        for call, operands in actions or self.actions:
             call.run(*[bases[k] + offset for k, offset in operands], threads)
 
 

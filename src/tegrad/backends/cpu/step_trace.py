@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .gemm import GemmCall
+from .packed import PackedGemm
 from .replay import ReplayedContraction, data_address
 
 
@@ -51,6 +53,9 @@ class StepTrace:
         self.slot: dict = {}  # tensor -> index in the address list
         self.fed: list = []  # (slot, placeholder, dtype, strides) read from the feed
         self.buffers: dict = {}  # computed tensor -> its buffer
+        stepwise = set(program.inputs)  # the rest of the feed is fixed over a run
+        self.fixed = {p for p in feed if p not in stepwise}
+        self.packs: list = []  # PackedGemm, reset at each run of the scan
         for p, a in feed.items():
             self.fed.append((self._slot(p), p, a.dtype, a.strides))
         self.calls: list | None = []
@@ -118,11 +123,34 @@ class StepTrace:
         self.buffers[tensor] = np.empty(c.shape, c.dtype)
         slots = [self.slot[t] for t in contraction.tensors] + [self._slot(tensor)]
         threads = self.threads
+        actions = self._packed(recipe.actions, contraction.tensors)
 
         def call(addresses):
-            recipe.replay([addresses[k] for k in slots], self.current[tensor], threads)
+            recipe.replay([addresses[k] for k in slots], self.current[tensor], threads,
+                          actions)
 
         return call
+
+    def _packed(self, actions: list, tensors: list) -> list | None:
+        """``actions`` with each product that reads a tensor fixed over the scan's run
+        (fed, but not a per-step placeholder: a weight) packing it once per run
+        (``packed.py``); None when there is none."""
+        fixed = {k for k, t in enumerate(tensors) if t in self.fixed}
+        out, any_packed = [], False
+        for call, operands in actions:
+            which = next((w for w in (1, 0) if operands[w][0] in fixed), None)
+            packed = (PackedGemm.make(call, which, self.threads)
+                      if isinstance(call, GemmCall) and which is not None else None)
+            if packed is not None:
+                self.packs.append(packed)
+                any_packed = True
+            out.append((packed or call, operands))
+        return out if any_packed else None
+
+    def new_run(self) -> None:
+        """A new run of the scan: the packed operands may hold other values now."""
+        for packed in self.packs:
+            packed.new_run()
 
     def run(self, feed: dict, targets: list | None = None) -> list | None:
         """The step's outputs, or None where the feed's layouts are not the trace's. An

@@ -1,0 +1,168 @@
+"""Products with one operand packed once for a whole scan: MKL's ``?gemm_pack`` and
+``?gemm_compute``.
+
+A BLAS call first copies (packs) its operands into the panel layout its kernel reads. For
+an LSTM step's ``h W^T`` (``32 x 256`` times ``256 x 1024``) packing the weight costs as
+much as the arithmetic. The weight is the same at every step of a scan (an external
+tensor read whole), so a step program's trace packs it at the first step of each run of
+the scan and later steps only compute. The benchmark's LSTM (``bench_cpu.py``), packed
+against unpacked programs alternating in one process, two runs of a one-off script (not in
+the repo): forward 12.1-12.4 ms against 14.0-14.5 ms, ``build_vjp``'s backward 28.9-30.1
+ms against 29.7-31.1 ms (its step product ``32 x 1024 x 256`` gains less).
+
+The split over threads is ``tg_gemm``'s (``gemm.py``, one batch): ``chunks`` blocks of
+rows of ``C`` when ``M >= N``, else of columns. Each chunk packs its own block of the
+constant operand: the whole operand where the split does not cut it. A pack holds the
+operand's values, so it is made again at every run of the scan (``StepTrace.new_run``):
+the weights may have changed in place between two calls of a program. Only MKL has these
+calls; on another BLAS, or for a batched or looped product, the call stays ``tg_gemm``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+from .gemm import MIN_PARALLEL_MACS, GemmCall, _blas
+
+_SOURCE = r"""
+#include <stddef.h>
+typedef size_t (*size_fn)(int, int, int, int);
+typedef void (*spack_fn)(int, int, int, int, int, int, float, const float *, int, float *);
+typedef void (*dpack_fn)(int, int, int, int, int, int, double, const double *, int, double *);
+typedef void (*scompute_fn)(int, int, int, int, int, int, const float *, int, const float *,
+                            int, float, float *, int);
+typedef void (*dcompute_fn)(int, int, int, int, int, int, const double *, int,
+                            const double *, int, double, double *, int);
+
+/* rows (by_rows) or columns [lo, hi) of chunk c, as tg_gemm splits them */
+static void tg_block(long extent, long chunks, long c, long *lo, long *hi) {
+  *lo = extent * c / chunks; *hi = extent * (c + 1) / chunks;
+}
+
+/* bytes of the largest chunk's pack of operand `which` (0: A, 1: B) */
+long tg_pack_bytes(void *size, int which, long M, long N, long K, long chunks, long by_rows) {
+  long most = 0;
+  for (long c = 0; c < chunks; c++) {
+    long lo, hi, m = M, n = N;
+    tg_block(by_rows ? M : N, chunks, c, &lo, &hi);
+    if (by_rows) m = hi - lo; else n = hi - lo;
+    long bytes = (long)((size_fn)size)(which ? 162 : 161, m, n, K);
+    if (bytes > most) most = bytes;
+  }
+  return most;
+}
+
+void tg_pack(void *pack, int dbl, int which, long M, long N, long K, const char *X, long ld,
+             int trans, long chunks, long by_rows, char *packs, long stride, int nthreads) {
+  long size = dbl ? 8 : 4;
+  #pragma omp parallel for schedule(static) num_threads(nthreads)
+  for (long c = 0; c < chunks; c++) {
+    long lo, hi, m = M, n = N;
+    const char *x = X;
+    tg_block(by_rows ? M : N, chunks, c, &lo, &hi);
+    if (by_rows) { m = hi - lo; if (!which) x += (trans ? lo : lo * ld) * size; }
+    else { n = hi - lo; if (which) x += (trans ? lo * ld : lo) * size; }
+    int id = which ? 162 : 161, t = trans ? 112 : 111;
+    if (dbl) ((dpack_fn)pack)(101, id, t, m, n, K, 1.0, (const double *)x, ld,
+                              (double *)(packs + c * stride));
+    else ((spack_fn)pack)(101, id, t, m, n, K, 1.0f, (const float *)x, ld,
+                          (float *)(packs + c * stride));
+  }
+}
+
+void tg_gemm_packed(void *compute, int dbl, int which, long M, long N, long K,
+                    const char *A, long lda, int ta, const char *B, long ldb, int tb,
+                    char *C, long ldc, long chunks, long by_rows, const char *packs,
+                    long stride, int acc, int nthreads) {
+  long size = dbl ? 8 : 4;
+  int threads = (double)M * N * K >= MIN_PARALLEL_MACS ? nthreads : 1;
+  #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
+  for (long c = 0; c < chunks; c++) {
+    long lo, hi, m = M, n = N;
+    const char *a = A, *b = B;
+    char *cc = C;
+    tg_block(by_rows ? M : N, chunks, c, &lo, &hi);
+    if (by_rows) { a += (ta ? lo : lo * lda) * size; cc += lo * ldc * size; m = hi - lo; }
+    else { b += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
+    if (m <= 0 || n <= 0) continue;
+    if (which) b = packs + c * stride; else a = packs + c * stride;
+    int transa = which ? (ta ? 112 : 111) : 151, transb = which ? 151 : (tb ? 112 : 111);
+    if (dbl) ((dcompute_fn)compute)(101, transa, transb, m, n, K, (const double *)a, lda,
+                                    (const double *)b, ldb, acc ? 1.0 : 0.0, (double *)cc, ldc);
+    else ((scompute_fn)compute)(101, transa, transb, m, n, K, (const float *)a, lda,
+                                (const float *)b, ldb, acc ? 1.0f : 0.0f, (float *)cc, ldc);
+  }
+}
+"""
+
+_ALIGN = 64  # bytes: MKL's packed panels are read with aligned vector loads
+
+
+@cache
+def _functions():
+    """``(pack_bytes, pack, gemm_packed, mkl)``: the helper's functions and MKL's
+    ``{s,d}gemm_pack_get_size / pack / compute`` addresses; None without MKL."""
+    blas = _blas()
+    if blas.name != "mkl":
+        return None
+    from .compiler import bind, load
+
+    mkl = ctypes.CDLL(blas.path)
+    names = {n: ctypes.cast(getattr(mkl, f"cblas_{n}"), ctypes.c_void_p).value
+             for n in ("sgemm_pack_get_size", "dgemm_pack_get_size", "sgemm_pack",
+                       "dgemm_pack", "sgemm_compute", "dgemm_compute")}
+    lib = load(_SOURCE.replace("MIN_PARALLEL_MACS", f"{float(MIN_PARALLEL_MACS)!r}"))
+    L, V, I = ctypes.c_long, ctypes.c_void_p, ctypes.c_int  # noqa: E741
+    pack_bytes = bind(lib, "tg_pack_bytes", [V, I, L, L, L, L, L])
+    pack_bytes.restype = L
+    pack = bind(lib, "tg_pack", [V, I, I, L, L, L, V, L, I, L, L, V, L, I])
+    packed = bind(lib, "tg_gemm_packed", [V, I, I, L, L, L, V, L, I, V, L, I, V, L, L, L,
+                                          V, L, I, I])
+    return pack_bytes, pack, packed, names
+
+
+class PackedGemm:
+    """A recorded ``GemmCall`` whose operand ``which`` (0: A, 1: B) is the same array over
+    a run of a scan: ``run`` packs it on the first call of each run (``new_run``) and
+    computes against the pack. ``make`` returns None where the call cannot be packed."""
+
+    @classmethod
+    def make(cls, call: GemmCall, which: int, threads: int) -> PackedGemm | None:
+        functions = _functions()
+        if (functions is None or call.batch != 1 or len(call.terms) != 2
+                or call.fn not in (call.blas.sgemm, call.blas.dgemm)):
+            return None
+        return cls(call, which, threads, functions)
+
+    def __init__(self, call: GemmCall, which: int, threads: int, functions):
+        self.call, self.which = call, which
+        self.pack_bytes, self.pack, self.packed, names = functions
+        prefix = "d" if call.dbl else "s"
+        self.pack_fn, self.compute_fn = names[f"{prefix}gemm_pack"], names[
+            f"{prefix}gemm_compute"]
+        self.by_rows = int(call.M >= call.N)
+        self.chunks = max(1, min(threads, call.M if self.by_rows else call.N))
+        per = self.pack_bytes(names[f"{prefix}gemm_pack_get_size"], which, call.M, call.N,
+                              call.K, self.chunks, self.by_rows)
+        self.stride = -(-per // _ALIGN) * _ALIGN
+        self.buffer = np.empty(self.stride * self.chunks + _ALIGN, np.uint8)
+        self.packs = -(-self.buffer.ctypes.data // _ALIGN) * _ALIGN
+        self.source: int | None = None  # the packed operand's address, this run
+
+    def new_run(self) -> None:
+        self.source = None
+
+    def run(self, a: int, b: int, c: int, threads: int) -> None:
+        call = self.call
+        source = b if self.which else a
+        if source != self.source:
+            ld, trans = (call.ldb, call.tb) if self.which else (call.lda, call.ta)
+            self.pack(self.pack_fn, call.dbl, self.which, call.M, call.N, call.K, source, ld,
+                      trans, self.chunks, self.by_rows, self.packs, self.stride, threads)
+            self.source = source
+        self.packed(self.compute_fn, call.dbl, self.which, call.M, call.N, call.K, a,
+                    call.lda, call.ta, b, call.ldb, call.tb, c, call.ldc, self.chunks,
+                    self.by_rows, self.packs, self.stride, call.accumulate, threads)
