@@ -104,6 +104,7 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
     # the adjoint scan, in reversed time r = T - 1 - t
     lam = [placeholder(s.shape, s.dtype, f"{s.name}.adj") for s in op.states]
     fwd_read_cache = {}
+    during: dict = {}  # lag c -> step compute x -> x lifted into the adjoint scan
     inits, updates = [], []
     for s, state in enumerate(op.states):
         d_axes = tuple(Var.fresh(f"d{i}", 0, e) for i, e in enumerate(state.shape[1:]))
@@ -121,7 +122,8 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
             if s_lag != s:
                 continue
             if c not in fwd_read_cache:
-                fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish, shared)
+                fwd_read_cache[c] = _adjoint_lift(op, vjp, mu, lam, c, finish, shared,
+                                                  during.setdefault(c, {}))
             lifted = fwd_read_cache[c][p]
             if lifted.shape != (T, *p.shape):  # not lifted: it reads no head, so it is 0
                 continue
@@ -157,8 +159,10 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
             return read_fwd(p, r, idx)
 
         names = [*slices.values(), *wholes]
+        after: dict = {}
         lifted = lift([vjp[p] for p in names], stepwise | set(mu) | set(shared), read_at,
-                      T - k, "lift", finish)
+                      T - k, "lift", finish, after)
+        _kept_by_adjoint(adjoint[0].op, after, during, T, k)
         by_target = dict(zip(names, lifted, strict=True))
         for (u, a, b), p in slices.items():
             total = _sum_over_steps(by_target[p], u, k, T, (a, b), by_target[p] is not vjp[p])
@@ -175,11 +179,33 @@ def scan_vjp(op: ScanOp, heads: list[Tensor | None], wanted: set[Tensor], gradie
     return out
 
 
-def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish, shared) -> dict[Tensor, Tensor]:
+def _kept_by_adjoint(adjoint: ScanOp, after: dict, during: dict, T: int, k: int) -> None:
+    """Record the values over the forward steps ``V`` (``after``: step compute ``x`` ->
+    ``V``, lifted after the adjoint scan for the input gradients) that the adjoint scan
+    computes too (``during[c]``: ``x`` -> ``L``, lifted into it for lag ``c``), so that a
+    plan can have the adjoint keep them (``lower/saved_steps.py``): an LSTM's
+    pre-activation gradient is then made once, not again after the scan.
+
+    ``V[r]`` is ``x`` at forward step ``t = r + k``; ``L[r']`` is ``x`` at forward step
+    ``T - 1 - r' + c``, so ``V[r] = L[T - 1 - k + c - r]``: adjoint step ``r'`` writes row
+    ``T - 1 - k + c - r'`` of ``V``. The adjoint runs steps ``[1, T)``, which cover every
+    row when ``1 <= c <= k``."""
+    steps = adjoint.step().computes
+    for x, values in after.items():
+        for c, lifted in during.items():
+            y = steps.get(lifted.get(x))
+            if y is not None and 1 <= c <= k and values.shape == (T - k, *y.shape):
+                STEP_VALUES[values] = (adjoint, y, T - 1 - k + c)
+                break
+
+
+def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish, shared, every: dict
+                  ) -> dict[Tensor, Tensor]:
     """The VJPs of the lagged states, lifted into the adjoint scan for lag ``c``: at
     reversed row ``r`` they are the step graph's at step ``T - 1 - r + c``, with head
     ``lam[r - c]`` (the adjoint state's row ``c`` back). The forward values they recompute
-    are read from ``shared`` (``_forward_recompute``) at row ``T - 1 - r + c - k``."""
+    are read from ``shared`` (``_forward_recompute``) at row ``T - 1 - r + c - k``.
+    ``every`` receives each step compute's lifted compute (``_kept_by_adjoint``)."""
     g = op.step()
     T, k = op.length, op.init_rows
 
@@ -199,7 +225,7 @@ def _adjoint_lift(op: ScanOp, vjp, mu, lam, c: int, finish, shared) -> dict[Tens
 
     wanted = [p for (s, lag), p in g.lagged.items() if lag == c]
     lifted = lift([vjp[p] for p in wanted], stepwise | set(mu) | set(shared), read_at, T,
-                  f"adj{c}", finish)
+                  f"adj{c}", finish, every)
     return dict(zip(wanted, lifted, strict=True))
 
 
@@ -228,7 +254,7 @@ def _forward_recompute(op: ScanOp, grads: list, mu: list, finish) -> dict[Tensor
     every: dict = {}
     lifted = lift(wanted, stepwise, read_fwd, op.length - op.init_rows, "fwd", finish, every)
     for x, values in every.items():  # the forward run computes them too: see saved_steps
-        STEP_VALUES[values] = (op, x)
+        STEP_VALUES[values] = (op, x, None)
     return dict(zip(wanted, lifted, strict=True))
 
 

@@ -36,12 +36,16 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     the body."""
     op = kernel.op
     stepper = _Stepper(kernel, arrays, make_program)
-    # the step values the forward run keeps (``lower/saved_steps.py``): row t - k of each
+    # the step values the run keeps (``lower/saved_steps.py``): one array per step compute,
+    # step t writing its row ``kernel.row(values, t)`` (every tensor of that compute has
+    # the same rows)
     steps = kernel.kept_steps
-    kept = [empty((op.length - op.init_rows, *x.shape), x.dtype) for x in steps]
+    first = [next(v for v, y in kernel.saved.items() if y is x) for x in steps]
+    kept = [empty(v.shape, v.dtype) for v in first]
     made = {values: kept[steps.index(x)] for values, x in kernel.saved.items()}
+    rows = [lambda t, v=v: kernel.row(v, t) for v in first]
     if kernel.checkpointed:
-        engine = _Checkpoints(kernel, stepper, arrays, kept)
+        engine = _Checkpoints(kernel, stepper, arrays, kept, rows)
         made.update({out: engine.whole[n] if n in engine.whole else
                      CheckpointedHistory(engine, n, out.shape, out.dtype,
                                          weak=n in kernel.unread)
@@ -52,10 +56,13 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
         history = empty(s.shape, s.dtype)
         history[: op.init_rows] = arrays[init]
         histories.append(history)
-    states, k = len(histories), op.init_rows
+    states = len(histories)
 
-    def target(n: int, t: int) -> np.ndarray:
-        return histories[n][t] if n < states else kept[n - states][t - k]
+    def target(n: int, t: int) -> np.ndarray | None:
+        if n < states:
+            return histories[n][t]
+        r = rows[n - states](t)
+        return None if r is None else kept[n - states][r]
 
     stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], target)
     made.update(zip(op.outputs, histories, strict=True))
@@ -109,9 +116,9 @@ class _Checkpoints:
     """The forward run of a checkpointed scan and the recompute of its segments, shared by
     the ``CheckpointedHistory`` of each checkpointed state (one recompute fills them all)."""
 
-    def __init__(self, kernel, stepper: _Stepper, arrays: dict, kept: list):
+    def __init__(self, kernel, stepper: _Stepper, arrays: dict, kept: list, rows: list):
         op = kernel.op
-        self.op, self.stepper, self.kept = op, stepper, kept
+        self.op, self.stepper, self.kept, self.rows = op, stepper, kept, rows
         self.segments = Segments(op.init_rows, op.length, op.checkpoint)
         self.marked = sorted(kernel.checkpointed)
         lags = largest_lags(kernel.step, len(op.states))
@@ -181,7 +188,8 @@ class _Checkpoints:
                 return None  # were written by the forward run
             if n < states:
                 return whole[n][t]
-            return kept[n - states][t - self.op.init_rows]
+            r = self.rows[n - states](t)
+            return None if r is None else kept[n - states][r]
 
         self.stepper.run(start, stop, self._reader(j, buffers), target)
         return buffers

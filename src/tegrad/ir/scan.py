@@ -49,9 +49,11 @@ from .traverse import substitute, tensors_read, topo_tensors, transform, walk
 LAG_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # State placeholder -> the name of the scan it belongs to (reading it elsewhere is an error).
 STATE_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# A compute over the steps -> (scan op, step compute): row ``r`` is that step compute's
-# value at step ``init_rows + r`` of the op's forward run (a backward's recomputation of the
-# forward, ``autodiff/scan_rules.py``); a plan may have the scan keep those values instead
+# A compute over the steps -> (scan op, step compute, flip): row ``r`` is that step
+# compute's value at step ``init_rows + r`` of the op's run (flip None: a backward's
+# recomputation of the forward), or at step ``flip - r`` (an adjoint scan, which runs in
+# reversed time: the input gradients' recomputation of its values), see
+# ``autodiff/scan_rules.py``; a plan may have the scan keep those values instead
 # (``lower/saved_steps.py``).
 STEP_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

@@ -140,4 +140,17 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
-    return mark_checkpoints(Plan(keep_step_values(kernels), list(outputs)))
+    kernels = _live(keep_step_values(kernels), outputs)
+    return mark_checkpoints(Plan(kernels, list(outputs)))
+
+
+def _live(kernels: list[Kernel], outputs) -> list[Kernel]:
+    """The kernels that some output needs: a value a scan keeps leaves the kernels that
+    only its recomputation read (an LSTM's gate gradients after the adjoint) unread."""
+    needed, live = set(outputs), []
+    for k in reversed(kernels):
+        reads, makes = reads_and_makes(k)
+        if any(t in needed for t in makes):
+            needed.update(reads)
+            live.append(k)
+    return live[::-1]

@@ -31,14 +31,23 @@ class ScanKernel:
     unread: frozenset[int] = field(default_factory=frozenset)  # checkpointed, read by none
     segments_cached: int = 1
     saved: dict = field(default_factory=dict)  # values over the steps -> step compute
+    flips: dict = field(default_factory=dict)  # values -> flip (see ``row``)
 
-    def save(self, x: Tensor, values: Tensor) -> None:
-        """Keep step compute ``x`` at every forward step ``k + r`` in row ``r`` of
+    def save(self, x: Tensor, values: Tensor, flip: int | None = None) -> None:
+        """Keep step compute ``x`` at every step ``t`` in row ``row(values, t)`` of
         ``values`` (``saved_steps.py``): the step plan returns it after the states (once,
         however many tensors hold it: a second-order backward recomputes it again)."""
         if x not in self.kept_steps:
             self.plan = Plan(self.plan.kernels, [*self.plan.outputs, x], self.plan.notes)
         self.saved[values] = x
+        self.flips[values] = flip
+
+    def row(self, values: Tensor, t: int) -> int | None:
+        """The row of ``values`` that step ``t`` writes: ``t - k``, or ``flip - t`` (an
+        adjoint's values for the input gradients); None when outside."""
+        flip = self.flips.get(values)
+        r = t - self.op.init_rows if flip is None else flip - t
+        return r if 0 <= r < values.shape[0] else None
 
     @property
     def kept_steps(self) -> list[Tensor]:
