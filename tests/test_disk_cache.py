@@ -28,7 +28,7 @@ from tegrad.backends.cpu import compiler
 from tegrad.ir import disk_cache, serialize
 from tegrad.ir.expr import Var
 from tegrad.ir.printer import format_program
-from tegrad.ir.scan import STEP_VALUES
+from tegrad.ir.scan import STEP_VALUES, ScanOutput
 from tegrad.ir.traverse import topo_tensors, walk
 
 try:
@@ -207,10 +207,16 @@ def test_scan_gradients_keep_their_step_values():
     kept = [t for t in topo_tensors(grads) if t in STEP_VALUES]
     back = [t for t in topo_tensors(loaded) if t in STEP_VALUES]
     assert kept and len(back) == len(kept)
-    # each names the forward scan's own step compute (an anchor), not a copy
+    (forward_op,) = {t.op for t in topo_tensors([out]) if isinstance(t, ScanOutput)}
+    loaded_ops = {t.op for t in topo_tensors(loaded) if isinstance(t, ScanOutput)}
     for t, u in zip(kept, back, strict=True):
-        assert STEP_VALUES[u][0] is STEP_VALUES[t][0]
-        assert STEP_VALUES[u][1] is STEP_VALUES[t][1]
+        (op, x, flip), (op2, x2, flip2) = STEP_VALUES[t], STEP_VALUES[u]
+        assert flip2 == flip
+        if op is forward_op:  # the forward scan's own step compute (an anchor), not a copy
+            assert op2 is op and x2 is x
+        else:  # the adjoint's: the loaded adjoint scan's step compute
+            assert op2 in loaded_ops and op2 is not op and x2 in op2.step().computes.values()
+    assert {STEP_VALUES[t][0] is forward_op for t in kept} == {True, False}
 
 
 # the cache -----------------------------------------------------------------------------------
