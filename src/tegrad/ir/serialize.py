@@ -102,11 +102,12 @@ class _Writer(pickle.Pickler):
         return None if self.ranks is None else self.ranks.setdefault(uid, len(self.ranks))
 
     def same(self, value):
-        """One object for equal strings and tuples (floats aside: ``0.0 == -0.0``). Pickle
-        writes an object seen before as a reference to it, so without this the bytes
-        would depend on whether two equal names are one object or two."""
-        if type(value) is str or (type(value) is tuple
-                                  and not any(type(x) is float for x in value)):
+        """One object for equal strings and flat tuples. Pickle writes an object seen
+        before as a reference to it, so without this the bytes would depend on whether
+        two equal names are one object or two. Tuples holding floats (``0.0 == -0.0``),
+        bools (``True == 1``) or tuples are left as they are."""
+        if type(value) is str or (type(value) is tuple and not any(
+                type(x) in (float, bool, tuple) for x in value)):
             try:
                 return self.seen.setdefault(value, value)
             except TypeError:  # unhashable inside

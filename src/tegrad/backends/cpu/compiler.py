@@ -22,6 +22,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from ...ir.disk_cache import cache_root
 from .errors import CompileError, CompilerMissing
 
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
@@ -52,8 +53,7 @@ def _toolchain_id() -> str:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("TEGRAD_CACHE_DIR") or Path.home() / ".cache" / "tegrad"
-    return Path(root) / "cpu"
+    return cache_root() / "cpu"
 
 
 _LOADED: dict[str, ctypes.CDLL] = {}
