@@ -310,6 +310,32 @@ def test_column_sums_are_made_in_the_loops_of_a_row_kernel(dtype):
         np.testing.assert_array_equal(g, a)
 
 
+def test_column_sums_go_to_the_row_kernel_that_reads_their_rows():
+    """In a forward+backward layer norm both the output and the input gradient are row
+    kernels before the weight and bias gradients; the sums go into the input gradient's
+    loops, which read ``H`` and ``X`` anyway, so the output's loops do not read ``H``."""
+    X = tg.placeholder((64, 96), "float32", "X")
+    W, B = tg.placeholder((96,), "float32", "W"), tg.placeholder((96,), "float32", "B")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    H = tg.placeholder(Y.shape, "float32", "H")
+    f = tg.build([X, W, B, H], [Y, *tg.gradient(Y, [X, W, B], H)], target="cpu")
+    kernels = {k.tensor.name: k for k in f.program.plan.kernels}
+    dx, y = kernels[f"{Y.name}.grad.X"], kernels[Y.name]
+    assert [t.name for t, _ in dx.detail.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
+    assert not getattr(y.detail, "columns", ()) and H not in tg_reads(y)
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(t.shape).astype("float32") for t in (X, W, B, H)]
+    reference = tg.build([X, W, B, H], [Y, *tg.gradient(Y, [X, W, B], H)], target="numpy")
+    for got, want in zip(f(*arrays), reference(*arrays), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def tg_reads(kernel) -> set:
+    from tegrad.lower.plan import reads_and_makes
+
+    return set(reads_and_makes(kernel)[0])
+
+
 def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
     ps = [tg.placeholder(s, "float64", n) for s, n in
           (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),

@@ -24,8 +24,10 @@ apart (medians of 25 calls, a one-off A/B script not kept in the repo).
 a plain row kernel ``B[i..., j]`` but its last, with a summand ``s`` that reads only what
 exists before ``B`` runs, is made in ``B``'s loops (``Fused.columns``): each thread adds
 ``s`` at the points it visits into its own row of partial sums, and the rows are added
-in thread order after the loop (deterministic for a thread count). A layer norm's input,
-weight and bias gradients then stream ``dY`` and ``X`` once, not three times:
+in thread order after the loop (deterministic for a thread count). Of the row kernels
+that can take it, the one that already reads the most of the row-sized tensors ``s`` reads
+does (``_place_columns``). A layer norm's input, weight and bias gradients then stream
+``dY`` and ``X`` once, not three times, also next to its forward:
 
     dX[i, j] = rstd[i] (dY[i, j] w[j] - ...)        dW[j] = sum_i dY[i, j] xhat[i, j]
     ->  one kernel: dX stored per point, dW (and dB) summed per thread
@@ -47,7 +49,7 @@ from .kernel_facts import column_order, regions
 def group(p: Plan) -> Plan:
     kernels = list(p.kernels)
     _merge_into_each(kernels, _absorb)  # earlier kernels of the same shape
-    _merge_into_each(kernels, _absorb_column)  # later column sums
+    _place_columns(kernels)  # column sums into a row kernel before them
     j = len(kernels) - 1
     while j >= 0:
         merged = _absorb_rows(kernels, j, set(p.outputs))
@@ -117,25 +119,40 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     return k, Kernel(b.tensor, "general", fused)
 
 
-def _absorb_column(kernels: list, k: int):
-    """``(j, kernel k summing kernel j in its loops)`` for the nearest later column sum
-    ``j`` that can join it (see the header), or None."""
-    b = kernels[k]
-    if not _plain(b) or len(_body(b).axes) < 2:
-        return None
-    body_b = _body(b)
-    axes, shape = body_b.axes, body_b.shape
-    later = set()  # made by kernel k or after it: a summand may not read them
-    for j in range(k, len(kernels)):
+def _place_columns(kernels: list) -> None:
+    """Each column sum (see the header), in order, into the earlier plain row kernel that
+    can take it and already reads the most of the row-sized tensors its summand reads (the
+    first of those on a tie): a layer norm's weight and bias gradients go into its input
+    gradient's loops, which stream ``dY`` and ``X`` anyway, rather than into its output's
+    (a forward+backward program), which would then read ``dY`` once more."""
+    j = 0
+    while j < len(kernels):
         d = kernels[j]
-        if j > k and d.kind == "general" and not written(d):
-            summand = _column_summand(_body(d), axes, shape)
-            if summand is not None and not set(tensors_read(summand)) & later:
-                detail = _fused(b)
-                fused = replace(detail, columns=(*detail.columns, (d.tensor, summand)))
-                return j, Kernel(b.tensor, "general", fused)
-        later.update(_made(d))
-    return None
+        best = None
+        if d.kind == "general" and not written(d):
+            later: set = set()  # made by the candidate or after it: a summand may not read
+            for k in range(j - 1, -1, -1):
+                b = kernels[k]
+                later.update(_made(b))
+                if not _plain(b) or len(_body(b).axes) < 2:
+                    continue
+                body_b = _body(b)
+                summand = _column_summand(_body(d), body_b.axes, body_b.shape)
+                if summand is None or set(tensors_read(summand)) & later:
+                    continue
+                rows = {t for t in tensors_read(summand) if t.shape == body_b.shape}
+                score = len(rows & _reads(b))
+                if best is None or score >= best[0]:
+                    best = (score, k, summand)
+        if best is None:
+            j += 1
+            continue
+        _, k, summand = best
+        b = kernels[k]
+        detail = _fused(b)
+        kernels[k] = Kernel(b.tensor, "general",
+                            replace(detail, columns=(*detail.columns, (d.tensor, summand))))
+        del kernels[j]
 
 
 def _column_summand(d, axes, shape):
