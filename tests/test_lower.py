@@ -476,7 +476,8 @@ if given is not None:
         parts = {t for k in kernels for t in getattr(k.detail, "parts", ())}
         for k in kernels:
             got = ran[k.tensor] = run_kernel(k, ran, evaluate_compute)
-            if k.tensor in parts:
+            if k.tensor in parts:  # (its reference, for a kernel that reads it directly)
+                arrays[k.tensor] = evaluate_compute(k.tensor, arrays)
                 continue
             want = arrays[k.tensor] = evaluate_compute(k.tensor, arrays)
             scale = max(1.0, float(np.abs(want).max(initial=0.0)))
@@ -559,3 +560,25 @@ if given is not None:
              "input grad": lambda: bench.conv2d_input_grad(Hd, Wt, X.shape, **kw),
              "weight grad": lambda: bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)}[which]()
         assert_matches(t, "contraction")
+
+
+def test_a_part_that_the_graph_also_reads_is_planned_once():
+    """A sum extracted from ``T0`` (a part) is also a compute the gradient reads directly
+    (``simplify/products.py`` names it as the extraction does, and interning makes both
+    one tensor): the plan makes it once, and every kernel agrees with the reference
+    (found by hypothesis in ``test_every_kernel_agrees_with_the_reference``)."""
+    X = tg.placeholder((1,), F64, "X")
+    rk = tg.reduce_axis((0, 2), "rk")
+    T0 = tg.compute((1, 1), lambda i, j: tg.sum(tg.if_then_else(rk < 1, X[rk * 0 + rk], 0.0),
+                                                axis=rk) * X[i], name="T0")
+    T1 = tg.compute((), lambda: T0[0, 0] / (1.0 + T0[0, 0] * T0[0, 0]), name="T1")
+    H = tg.placeholder((), F64, "H")
+    outputs = [T1, *tg.gradient(T1, [X], head=H)]
+    kernels = plan(outputs).kernels
+    made = [k.tensor for k in kernels]
+    assert len(made) == len(set(made)), [t.name for t in made]
+    x, h = np.array([0.7]), np.array(1.3)
+    got = tg.build([X, H], outputs, target="numpy")(x, h)
+    s = x[0] * x[0]
+    np.testing.assert_allclose(got[0], s / (1 + s * s))
+    np.testing.assert_allclose(got[1], h * (1 - s * s) / (1 + s * s) ** 2 * 2 * x, rtol=1e-12)

@@ -113,8 +113,9 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
 
     kernels = []
     given = set(given)
+    made = set()  # an extracted part may also be a tensor of the graph: made once
     for t in topo_tensors(outputs, stop=given):
-        if t in given:
+        if t in given or t in made:
             continue
         if isinstance(t, ScanOutput):
             if t.index == 0:
@@ -136,7 +137,9 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
         extracted = extract_kernels(t, _kernel_form)
         if extracted is not None:
             parts, rest = extracted
-            kernels.extend(Kernel(part, kind, found) for part, kind, found in parts)
+            kernels.extend(Kernel(part, kind, found) for part, kind, found in parts
+                           if part not in made)
+            made.update(part for part, _, _ in parts)
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
