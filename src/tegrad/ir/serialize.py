@@ -64,6 +64,8 @@ _BUILTIN = {c.kind: c for c in (SUM, PROD, MAX, MIN, ARGMAX, ARGMIN)}
 _BY_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls) if f.name != "memo")
               for cls in (Const, Read, Unary, Binary, Select, Cast, Reduce, Compute)}
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
+# what pickle raises on something it cannot write, or a graph still too deep for it
+_CANNOT_PICKLE = (pickle.PicklingError, TypeError, AttributeError, RecursionError)
 
 
 class Unstorable(Exception):
@@ -200,7 +202,7 @@ def key(objects) -> tuple[bytes, list]:
     writer = _Writer(out, [], None)
     try:
         writer.dump_all(objects)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as error:
+    except _CANNOT_PICKLE as error:
         raise Unstorable(str(error)) from error
     return out.getvalue(), writer.written
 
@@ -215,7 +217,7 @@ def store(objects, anchors: list) -> bytes:
         out = io.BytesIO()
         pickle.dump(len(ranks), out, protocol=_PROTOCOL)
         _Writer(out, anchors, ranks).dump_all(objects)
-    except (pickle.PicklingError, TypeError, AttributeError, RecursionError) as error:
+    except _CANNOT_PICKLE as error:
         raise Unstorable(str(error)) from error
     return out.getvalue()
 

@@ -12,9 +12,11 @@ Threads: ``$TEGRAD_NUM_THREADS``, default the cores this process may use.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -91,23 +93,22 @@ class Blueprint:
         return out
 
 
-def blueprint(plan: Plan, named: list | None = None) -> Blueprint:
+def blueprint(plan: Plan, numbers: Iterator[int] | None = None) -> Blueprint:
     """``plan`` fused, grouped and its general kernels written in C; kernels are named
-    ``k0, k1, ...`` across the step blueprints (``named``: the names given so far)."""
-    named = [] if named is None else named
+    ``k0, k1, ...`` across the step blueprints (``numbers`` gives the next)."""
+    numbers = itertools.count() if numbers is None else numbers
     plan = group(fuse(plan))
     parts: list = []
     for kernel in plan.kernels:
         if kernel.kind == "general":
             detail = kernel.detail
             src = KernelSource(kernel.tensor, getattr(detail, "body_of", kernel.tensor),
-                               f"k{len(named)}", getattr(detail, "also", ()),
+                               f"k{next(numbers)}", getattr(detail, "also", ()),
                                getattr(detail, "columns", ()))
-            named.append(src.name)
             parts.append(KernelText(src.tensor, src.name, src.text, tuple(src.args),
                                     src.outputs, tuple(src.gathers)))
         elif kernel.kind == "scan":
-            parts.append(blueprint(kernel.detail.plan, named))
+            parts.append(blueprint(kernel.detail.plan, numbers))
         else:
             parts.append(None)
     return Blueprint(plan, parts)
