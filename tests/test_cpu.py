@@ -491,6 +491,83 @@ def test_parallel_matmul_matches_numpy(layout, dtype, library):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+def _shifted_terms(rng, dtype, rows, depth, cols, shifts, a_transposed=False, batch=()):
+    """Operands of a looped product: term ``t`` multiplies its own ``(rows, depth)`` block
+    of A (stored transposed if asked) by B's columns shifted by ``shifts[t]`` (a
+    convolution's taps), every term's views at fixed offsets from the first's."""
+    width = cols + max(shifts) - min(shifts)
+    a = rng.standard_normal((len(shifts), *batch, depth, rows) if a_transposed
+                            else (len(shifts), *batch, rows, depth)).astype(dtype)
+    b = rng.standard_normal((*batch, depth, width)).astype(dtype)
+    a_terms = [np.swapaxes(a[t], -1, -2) if a_transposed else a[t] for t in range(len(shifts))]
+    b_terms = [b[..., s - min(shifts): s - min(shifts) + cols] for s in shifts]
+    return a_terms, b_terms
+
+
+TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch); each thread of two
+    # gets half the columns of one matrix, or whole matrices of a batch
+    "nine taps": (20, 16, 403, [0, 1, 2, 30, 31, 32, 60, 61, 62], False, ()),
+    "negative shifts": (64, 8, 300, [0, -1, -2, -30, -31], False, ()),
+    "a transposed": (9, 24, 290, [3, 0, 7], True, ()),
+    "batched": (16, 12, 140, [0, 5], False, (3,)),
+    "one shallow product": (33, 64, 301, [0], False, ()),
+    "one shallow product, a transposed": (17, 40, 260, [0], True, (2,)),
+    "narrow": (40, 16, 100, [0, 1, 2], False, ()),
+    "one row": (1, 16, 200, [0, 1], False, ()),
+}
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("case", list(TERMS))
+def test_looped_products_match_numpy(case, dtype, accumulate, direct):
+    """Sums of products over shifted operands (a convolution's looped reduction) and
+    shallow products, through ``term_kernel``'s kernel where it applies (float32, AVX-512)
+    and through BLAS calls: every row and column tail, transposed and batched operands,
+    written or added to ``out``."""
+    from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
+
+    rows, depth, cols, shifts, transposed, batch = TERMS[case]
+    rng = np.random.default_rng(5)
+    a, b = _shifted_terms(rng, dtype, rows, depth, cols, shifts, transposed, batch)
+    want = sum(np.matmul(x.astype(np.float64), y.astype(np.float64))
+               for x, y in zip(a, b, strict=True))
+    start = rng.standard_normal(want.shape).astype(dtype)
+    out = start.copy() if accumulate else np.full(want.shape, np.nan, dtype)
+    blas = Blas(direct_terms=direct)
+    assert blas.found
+    with one_blas_thread():
+        matmul(a if len(a) > 1 else a[0], b if len(b) > 1 else b[0], out=out, threads=2,
+               blas=blas, accumulate=accumulate)
+    if accumulate:
+        want = want + start
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_term_kernel_runs_where_it_can():
+    """On a processor with AVX-512 the helper has the kernel, and a float32 convolution's
+    sum takes it: its sums run in another order than BLAS's, so some bits differ."""
+    from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
+
+    with open("/proc/cpuinfo") as f:
+        avx512 = " avx512f" in f.read()
+    assert Blas().direct == avx512
+    assert not Blas(direct_terms=False).direct
+    if not avx512:
+        pytest.skip("no AVX-512 here: products are BLAS calls")
+    rows, depth, cols, shifts, _, _ = TERMS["nine taps"]
+    a, b = _shifted_terms(np.random.default_rng(6), "float32", rows, depth, cols, shifts)
+    results = []
+    for direct in (True, False):
+        out = np.empty((rows, cols), np.float32)
+        with one_blas_thread():
+            matmul(a, b, out=out, threads=2, blas=Blas(direct_terms=direct))
+        results.append(out)
+    assert not np.array_equal(*results)
+
+
 def test_numpy_blas_is_found():
     """NumPy's wheels bundle OpenBLAS; the compiled target calls it from its own threads
     (if this fails, products fall back to np.matmul and its competing thread pool)."""

@@ -13,6 +13,9 @@ A product may be a sum of ``terms`` products over operands at fixed offsets from
 first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine shifted
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
+In float32 on a processor with AVX-512, such a sum (or a single product at most
+``TG_MAX_DEPTH`` deep), at least ``TG_MIN_COLS`` columns wide with ``B``'s rows
+contiguous, is one register-blocked kernel instead (``term_kernel.py``).
 
 The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
 tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on
@@ -37,9 +40,15 @@ from typing import NamedTuple
 import numpy as np
 
 from ..numpy_kernels import product_sum, terms
+from . import term_kernel
 
 _HELPER = r"""
 #include <stdint.h>
+#ifdef TG_TERMS
+int tg_direct_terms = 1;
+#else
+int tg_direct_terms = 0;
+#endif
 typedef BLASINT bi;
 typedef void (*sgemm_t)(int, int, int, bi, bi, bi, float, const float *, bi,
                         const float *, bi, float, float *, bi);
@@ -68,6 +77,12 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     if (by_rows) { a += (ta ? lo : lo * lda) * size; cc += lo * ldc * size; m = hi - lo; }
     else { bb += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
     if (m <= 0 || n <= 0) continue;
+#ifdef TG_TERMS
+    if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH) && !tb && m >= TG_MR && n >= TG_MIN_COLS
+        && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
+                        (float *)cc, ldc, terms, nterms, acc))
+      continue;
+#endif
     for (long t = 0; t < nterms; t++) {  /* term t: operands moved by terms[2t], terms[2t+1] */
       const char *at = a + terms[2 * t] * size, *bt = bb + terms[2 * t + 1] * size;
       if (dbl)
@@ -100,7 +115,8 @@ class Blas:
     """The BLAS that products call: ``sgemm``/``dgemm`` addresses, its integer width, and
     ``helper`` (``tg_gemm`` compiled for it). ``mkl=False`` looks only at NumPy's."""
 
-    def __init__(self, mkl: bool = True):
+    def __init__(self, mkl: bool = True, direct_terms: bool = True):
+        self.direct_terms = direct_terms  # shallow and looped float32 products: term_kernel
         self.found = False
         self.name = "none"
         if mkl and self._find_mkl():
@@ -140,14 +156,24 @@ class Blas:
         self.path = path
         return True
 
+    def _library(self):
+        from .compiler import load
+
+        return load(term_kernel.SOURCE.replace("DIRECT_TERMS", str(int(self.direct_terms)))
+                    + _HELPER.replace("BLASINT", "int64_t" if self.wide else "int")
+                    .replace("MIN_PARALLEL_MACS", f"{float(MIN_PARALLEL_MACS)!r}"))
+
+    @cached_property
+    def direct(self) -> bool:
+        """Whether ``helper`` has ``term_kernel``'s kernel (wanted, and AVX-512 here)."""
+        return bool(ctypes.c_int.in_dll(self._library(), "tg_direct_terms").value)
+
     @cached_property
     def helper(self):
         """``tg_gemm`` compiled for this BLAS's integer width."""
-        from .compiler import bind, load
+        from .compiler import bind
 
-        source = (_HELPER.replace("BLASINT", "int64_t" if self.wide else "int")
-                  .replace("MIN_PARALLEL_MACS", f"{float(MIN_PARALLEL_MACS)!r}"))
-        return bind(load(source), "tg_gemm",
+        return bind(self._library(), "tg_gemm",
                     [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
