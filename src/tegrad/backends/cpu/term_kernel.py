@@ -18,10 +18,14 @@ read where they lie, shifted. ``A`` (the small operand) is packed once per call 
 ``TG_NR`` columns keeps ``TG_MR x 3`` vector accumulators (24 of AVX-512's 32 registers)
 and, per ``(t, k)``, loads three vectors of ``B``'s row and broadcasts ``TG_MR`` values
 of ``A`` into 24 fused multiply-adds. Columns past ``N`` are masked, in loads and stores
-(no element outside the operands is read). Tiles sweep ``TG_JT`` columns per row block so
-that the ``B`` rows they read stay in L2. The same benchmark convolution in a one-off C
-harness (8 images, 2 threads, medians of 21): 8.5-8.9 ms (203-218 GFLOP/s) against
-MKL's nine calls' 10.8-11.3 ms.
+(no element outside the operands is read). Tiles sweep a strip of columns per row block,
+as wide as keeps the ``B`` rows it reads within ``TG_TILE_BYTES`` (in L2).
+
+The benchmark convolution in a one-off C harness (8 images, 2 threads, medians of 21):
+8.5-8.9 ms (203-218 GFLOP/s) against MKL's nine calls' 10.8-11.3 ms; in ``tg_gemm``,
+9.0-9.5 ms. Shallow single products (``K`` 64-256, 128 or more columns) took 0.65-0.95x
+MKL's time in a one-off script; narrower ones, and a transposed ``B`` copied to rows
+first, were no faster, so they stay BLAS calls.
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
