@@ -248,21 +248,24 @@ def test_data_address_is_the_arrays_data_pointer():
 
 
 
+@pytest.mark.parametrize("hidden", [32, 64])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode", ["forward", "gradient"])
-def test_scan_products_pack_their_weight_once_per_run(dtype, mode, monkeypatch):
-    """An LSTM step's ``h W^T`` (and the adjoint's ``dpre W``) pack ``W`` at the first
-    step of each run (``packed.py``, MKL only): results equal the NumPy backend's, also
-    after ``W`` changed in place between two calls."""
-    from tegrad.backends.cpu import packed
+def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, hidden, monkeypatch):
+    """An LSTM step's ``h W^T`` (and the adjoint's ``dpre W``) lay ``W`` out at the first
+    step of each run (``packed.py``): in rows for ``term_kernel``'s kernel where it takes
+    the product (float32, AVX-512, each thread's block 128 columns or more: ``4 hidden >=
+    256``), else packed by MKL. Results equal the NumPy backend's, also after ``W``
+    changed in place between two calls."""
+    from tegrad.backends.cpu import gemm, packed, step_trace
 
     made = []
-    make = packed.PackedGemm.make
-    monkeypatch.setattr(packed.PackedGemm, "make", classmethod(
-        lambda cls, *args: made.append(make(*args)) or made[-1]))
+    fixed = packed.fixed_operand_product
+    monkeypatch.setattr(step_trace, "fixed_operand_product",
+                        lambda *args: made.append(fixed(*args)) or made[-1])
     ph = lambda shape, name: tg.placeholder(shape, dtype, name)  # noqa: E731
-    x, h0, c0 = ph((7, 16, 8), "x"), ph((16, 32), "h0"), ph((16, 32), "c0")
-    wih, whh = ph((128, 8), "wih"), ph((128, 32), "whh")
+    x, h0, c0 = ph((7, 16, 8), "x"), ph((16, hidden), "h0"), ph((16, hidden), "c0")
+    wih, whh = ph((4 * hidden, 8), "wih"), ph((4 * hidden, hidden), "whh")
     out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
     ins = [x, h0, c0, wih, whh]
     if mode == "gradient":
@@ -278,9 +281,12 @@ def test_scan_products_pack_their_weight_once_per_run(dtype, mode, monkeypatch):
         for got, want in zip(f(*arrays), reference(*arrays), strict=True):
             np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10,
                                        atol=1e-5 if dtype == "float32" else 1e-12)
-        arrays[4] *= 1.5  # whh changed in place: the next run packs it again
-    from tegrad.backends.cpu.gemm import blas_name
-
-    if blas_name() == "mkl":
-        assert made and all(p is not None for p in made)
-        assert len(made) == (2 if mode == "gradient" else 1)
+        arrays[4] *= 1.5  # whh changed in place: the next run lays it out again
+    kinds = [type(p).__name__ if p is not None else None for p in made]
+    assert len(made) == (2 if mode == "gradient" else 1)
+    if dtype == "float32" and hidden == 64 and gemm._blas().direct:
+        assert kinds[0] == "RowsGemm", kinds  # h W^T, W stored transposed
+    elif gemm.blas_name() == "mkl":
+        assert kinds[0] == "PackedGemm", kinds
+    if gemm.blas_name() == "mkl" and mode == "gradient":
+        assert kinds[1] == "PackedGemm", kinds  # dpre W: W in rows already, 4 hidden deep

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from .gemm import GemmCall
-from .packed import PackedGemm
+from .packed import fixed_operand_product
 from .replay import ReplayedContraction, data_address
 
 
@@ -55,7 +55,7 @@ class StepTrace:
         self.buffers: dict = {}  # computed tensor -> its buffer
         stepwise = set(program.inputs)  # the rest of the feed is fixed over a run
         self.fixed = {p for p in feed if p not in stepwise}
-        self.packs: list = []  # PackedGemm, reset at each run of the scan
+        self.packs: list = []  # RowsGemm or PackedGemm, reset at each run of the scan
         for p, a in feed.items():
             self.fed.append((self._slot(p), p, a.dtype, a.strides))
         self.calls: list | None = []
@@ -139,7 +139,7 @@ class StepTrace:
         out, any_packed = [], False
         for call, operands in actions:
             which = next((w for w in (1, 0) if operands[w][0] in fixed), None)
-            packed = (PackedGemm.make(call, which, self.threads)
+            packed = (fixed_operand_product(call, which, self.threads)
                       if isinstance(call, GemmCall) and which is not None else None)
             if packed is not None:
                 self.packs.append(packed)

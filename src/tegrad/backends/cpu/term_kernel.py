@@ -32,15 +32,20 @@ float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by
 (``gemm.Blas.direct_terms``: tests compare both ways).
 """
 
-SOURCE = r"""
+TILE_ROWS = 8  # TG_MR
+MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses
+MAX_DEPTH = 256  # a single product deeper than this is BLAS's
+
+SOURCE = f"""
+#define TG_MR {TILE_ROWS}
+#define TG_MIN_COLS {MIN_COLS}
+#define TG_MAX_DEPTH {MAX_DEPTH}
+""" + r"""
 #if defined(__AVX512F__) && DIRECT_TERMS
 #include <immintrin.h>
 #include <stdlib.h>
 #define TG_TERMS 1
-#define TG_MR 8
 #define TG_NR 48
-#define TG_MIN_COLS 128  /* fewer: packing A costs more than BLAS loses */
-#define TG_MAX_DEPTH 256  /* a single product deeper than this is BLAS's */
 #define TG_TILE_BYTES (1L << 18)  /* the B rows one column strip of tiles reads */
 
 /* one tile: rows < TG_MR of C, cols <= TG_NR; ap packed [t][k][TG_MR]; b at the tile's
