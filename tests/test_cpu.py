@@ -712,7 +712,8 @@ def _scan_steps(f) -> list:
 
 def test_scan_steps_run_by_their_trace_as_the_general_path_does(monkeypatch):
     """An LSTM's forward and adjoint steps run through ``StepTrace`` after their first
-    step: the same values, bitwise, as with every step on the general path, and torch's."""
+    step (its second step through ``run``, the rest in one C loop, ``step_loop.py``): the
+    same values, bitwise, as with every step on the general path, and torch's."""
     import torch
 
     from tegrad.backends.cpu import step_trace
@@ -739,8 +740,20 @@ def test_scan_steps_run_by_their_trace_as_the_general_path_does(monkeypatch):
             return values
         return counted
 
-    for scan in _scan_steps(traced):
-        scan.trace.made.run = counting(scan.trace.made.run)
+    def counting_loop(run_steps):
+        def counted(start, stop, fed, targets):
+            done = run_steps(start, stop, fed, targets)
+            if done:  # (the loop writes every output with a target in place, or fails)
+                written.extend([sum(t is not None for t in targets)] * (stop - start))
+            return done
+        return counted
+
+    def count(program):
+        for scan in _scan_steps(program):
+            scan.trace.made.run = counting(scan.trace.made.run)
+            scan.trace.made.run_steps = counting_loop(scan.trace.made.run_steps)
+
+    count(traced)
     got.append(traced(*arrays))
     assert len(written) == 2 * steps and all(written), written  # forward and adjoint steps
     monkeypatch.setattr(step_trace.StepTrace, "make", classmethod(lambda cls, *a: None))
@@ -792,17 +805,21 @@ def test_a_step_fed_rows_of_another_layout_takes_the_general_path():
     (step,) = _scan_steps(f)
     trace = step.trace.made
     assert trace is not None
-    answers = []
-    traced_run = trace.run
+    answers, looped = [], []
+    traced_run, traced_steps = trace.run, trace.run_steps
     trace.run = lambda *args: answers.append(traced_run(*args)) or answers[-1]
+    trace.run_steps = lambda *args: looped.append(traced_steps(*args)) or looped[-1]
     strided = np.asfortranarray(rng.standard_normal(x.shape))
     assert strided[1].strides != xv[1].strides
     np.testing.assert_allclose(f(strided, av), _decaying_sum_reference(strided, av),
                                rtol=1e-13)
     assert answers and all(a is None for a in answers)  # every step: the general path
+    assert looped == [False, False]  # (the C loop, step_loop.py, refused them twice)
     answers.clear()
+    looped.clear()
     np.testing.assert_allclose(f(xv, av), _decaying_sum_reference(xv, av), rtol=1e-13)
-    assert len(answers) == 6 and all(a is not None for a in answers)
+    assert len(answers) == 1 and answers[0] is not None  # the first step by the trace,
+    assert looped == [True]  # the other five in the C loop
 
 
 def test_two_threads_running_one_program_each_have_their_own_trace():

@@ -290,3 +290,74 @@ def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, hidden, mo
         assert kinds[0] == "PackedGemm", kinds
     if gemm.blas_name() == "mkl" and mode == "gradient":
         assert kinds[1] == "PackedGemm", kinds  # dpre W: W in rows already, 4 hidden deep
+
+
+def _record_step_loops(monkeypatch) -> list:
+    from tegrad.backends.cpu import step_loop
+
+    made = []
+    make = step_loop.StepLoop.make
+    monkeypatch.setattr(step_loop.StepLoop, "make", classmethod(
+        lambda cls, *args: made.append(make(*args)) or made[-1]))
+    return made
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_scan_steps_after_the_first_run_in_one_c_call(dtype, monkeypatch):
+    """An LSTM's forward scan and its adjoint run their steps in one C call each
+    (``step_loop.py``: rows of the histories, the inputs' rows, kept step values written
+    in reversed time, the trace's products, packs and kernels), and give the NumPy
+    backend's values, also after a weight changed in place between two calls."""
+    made = _record_step_loops(monkeypatch)
+    ph = lambda shape, name: tg.placeholder(shape, dtype, name)  # noqa: E731
+    x, h0, c0 = ph((6, 16, 8), "x"), ph((16, 64), "h0"), ph((16, 64), "c0")
+    wih, whh = ph((256, 8), "wih"), ph((256, 64), "whh")
+    out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
+    head = ph(out.shape, "head")
+    ins = [x, h0, c0, wih, whh, head]
+    outs = [out, *tg.gradient(out, [x, h0, c0, wih, whh], head=head)]
+    rng = np.random.default_rng(1)
+    arrays = [(0.3 * rng.standard_normal(p.shape)).astype(dtype) for p in ins]
+    f = tg.build(ins, outs, target="cpu")
+    reference = tg.build(ins, outs, target="numpy")
+    for _ in range(3):
+        for got, want in zip(f(*arrays), reference(*arrays), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10,
+                                       atol=1e-5 if dtype == "float32" else 1e-12)
+        arrays[4] *= 1.5
+    # per scan: the first call's second step lays the weight out, its third loops; later
+    # calls loop from their second step
+    assert [loop is not None for loop in made] == [False, True] * 2 + [True] * 4
+
+
+def test_scan_step_loop_reads_the_time_and_zero_rows():
+    """A step reading ``t`` itself and an input row past the input's end (zeros), in the
+    C loop as in the NumPy backend."""
+    x = tg.placeholder((6, 3), "float64", "x")
+    s = tg.placeholder((6, 3), "float64", "s")
+    init = tg.compute((1, 3), lambda r, i: x[r, i], name="init")
+    update = tg.compute((6, 3), lambda t, i: 0.5 * s[t - 1, i] + x[t, i] * t
+                        + tg.if_then_else(t + 2 < 6, x[t + 2, i], 0.0), name="update")
+    out = tg.scan(init, update, s, name="timed")
+    f = tg.build([x], out, target="cpu")
+    arrays = np.random.default_rng(2).standard_normal((6, 3))
+    np.testing.assert_allclose(f(arrays), tg.build([x], out, target="numpy")(arrays),
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_scan_step_loop_raises_a_kernels_gather_error(monkeypatch):
+    """A gather index out of range at a step that the C loop runs raises the kernel's
+    error, as the first (Python) step would."""
+    made = _record_step_loops(monkeypatch)
+    E = tg.placeholder((5, 3), "float64", "E")
+    idx = tg.placeholder((6,), "int64", "idx")
+    s = tg.placeholder((6, 3), "float64", "s")
+    init = tg.compute((1, 3), lambda r, i: E[0, i], name="init")
+    update = tg.compute((6, 3), lambda t, i: s[t - 1, i] + E[idx[t], i], name="walk")
+    f = tg.build([E, idx], tg.scan(init, update, s, name="walks"), target="cpu")
+    e = np.arange(15.0).reshape(5, 3)
+    good = np.array([0, 1, 2, 3, 4, 0])
+    np.testing.assert_allclose(f(e, good), np.cumsum(e[good], axis=0))
+    assert made and made[-1] is not None
+    with pytest.raises(IndexError, match=r"gather E\[\.\.\.\] index 0 got value 9"):
+        f(e, np.array([0, 1, 2, 3, 9, 0]))

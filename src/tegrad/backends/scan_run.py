@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -64,9 +65,29 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
         r = rows[n - states](t)
         return None if r is None else kept[n - states][r]
 
-    stepper.run(op.init_rows, op.length, lambda n, r: histories[n][r], target)
+    lines = [(h, 1, 0) for h in histories]  # output n at step t: row a t + b of an array
+    lines += [(kept[k], *kernel.row_line(v)) for k, v in enumerate(first)]
+    stepper.run(op.init_rows, op.length, lambda n, r: _row(histories[n], r), target,
+                (histories, lines))
     made.update(zip(op.outputs, histories, strict=True))
     return made
+
+
+class StepRows(NamedTuple):
+    """Where a per-step value lies at step ``t``: row ``coefficient t + offset`` of
+    ``array``, or ``outside`` (zeros of one row's layout) when that row is not in it;
+    ``outside=None`` for an output: nowhere (the program's own buffer)."""
+
+    array: object  # an array, or a CheckpointedHistory
+    coefficient: int
+    offset: int
+    outside: np.ndarray | None = None
+
+
+def _row(array, r: int):
+    """Row ``r`` of an array as an array (a 0-d one for a 1-d array, where ``array[r]``
+    would be a NumPy scalar), or of a ``CheckpointedHistory``."""
+    return array[r, ...] if type(array) is np.ndarray else array[r]
 
 
 class _Stepper:
@@ -86,17 +107,26 @@ class _Stepper:
         self.feed = {t: arrays[t] for t in step.full}
         self.zeros: dict = {}
 
-    def run(self, start: int, stop: int, read_row, target) -> None:
+    def run(self, start: int, stop: int, read_row, target, lines=None) -> None:
+        """``lines``, where every row is an affine function of ``t`` (whole histories):
+        ``(histories, outputs)``, output ``n`` of step ``t`` in row ``a t + b`` of
+        ``outputs[n] = (array, a, b)`` (nowhere outside it). A program with
+        ``run_steps`` may then run the steps after the first itself."""
         step, feed = self.step, self.feed
         run_into, outputs = getattr(self.program, "run_into", None), self.outputs
         if hasattr(self.program, "new_run"):  # (its packed weights: cpu/packed.py)
             self.program.new_run()
+        tries = 2 if hasattr(self.program, "run_steps") and lines is not None else 0
         for t in range(start, stop):
+            if t > start and tries:  # (a first step makes the trace, a second its packs)
+                if self.program.run_steps(t, stop, *self._rows(*lines)):
+                    break
+                tries -= 1
             for (n, lag), p in step.lagged.items():
                 feed[p] = read_row(n, t - lag) if t - lag >= 0 else self._zeros(p)
             for p, a, b, array in self.sliced:
                 row = a * t + b
-                feed[p] = array[row] if 0 <= row < array.shape[0] else self._zeros(p)
+                feed[p] = _row(array, row) if 0 <= row < array.shape[0] else self._zeros(p)
             feed[step.time] = np.asarray(t, step.time.dtype)
             targets = [target(n, t) for n in outputs]
             values = self.program.run(feed) if run_into is None else run_into(feed, targets)
@@ -105,6 +135,18 @@ class _Stepper:
                     row[...] = value
         for p in [*step.lagged.values(), *step.sliced.values()]:  # rows are views: do not
             feed.pop(p, None)  # keep a segment's buffer alive through them
+
+    def _rows(self, histories: list, outputs: list) -> tuple[dict, list]:
+        """``(fed, targets)`` for ``run_steps`` (``cpu/step_loop.py``): each per-step
+        placeholder's rows (zeros outside them) or ``"time"``, each input read whole, each
+        output's rows."""
+        step = self.step
+        fed: dict = {**self.feed, step.time: "time"}  # (self.feed: the inputs read whole)
+        for (n, lag), p in step.lagged.items():
+            fed[p] = StepRows(histories[n], 1, -lag, self._zeros(p))
+        for p, a, b, array in self.sliced:
+            fed[p] = StepRows(array, a, b, self._zeros(p))
+        return fed, [StepRows(array, a, b) for array, a, b in outputs]
 
     def _zeros(self, p) -> np.ndarray:
         if p not in self.zeros:

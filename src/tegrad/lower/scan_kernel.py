@@ -45,9 +45,14 @@ class ScanKernel:
     def row(self, values: Tensor, t: int) -> int | None:
         """The row of ``values`` that step ``t`` writes: ``t - k``, or ``flip - t`` (an
         adjoint's values for the input gradients); None when outside."""
-        flip = self.flips.get(values)
-        r = t - self.op.init_rows if flip is None else flip - t
+        coefficient, offset = self.row_line(values)
+        r = coefficient * t + offset
         return r if 0 <= r < values.shape[0] else None
+
+    def row_line(self, values: Tensor) -> tuple[int, int]:
+        """``(a, b)``: step ``t`` writes row ``a t + b`` of ``values`` (see ``row``)."""
+        flip = self.flips.get(values)
+        return (1, -self.op.init_rows) if flip is None else (-1, flip)
 
     @property
     def kept_steps(self) -> list[Tensor]:

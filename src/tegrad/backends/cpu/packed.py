@@ -192,6 +192,10 @@ class RowsGemm:
     def new_run(self) -> None:
         self.source = None
 
+    def ready(self) -> bool:
+        """Whether this run has made its copy (its later products need only the call)."""
+        return self.source is not None
+
     def run(self, a: int, b: int, c: int, threads: int) -> None:
         rows = self.rows.ctypes.data
         if b != self.source:
@@ -230,6 +234,10 @@ class PackedGemm:
 
     def new_run(self) -> None:
         self.source = None
+
+    def ready(self) -> bool:
+        """Whether this run has made its pack (its later products need only the call)."""
+        return self.source is not None
 
     def run(self, a: int, b: int, c: int, threads: int) -> None:
         call = self.call

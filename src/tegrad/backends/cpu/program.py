@@ -274,6 +274,12 @@ class CpuProgram:
             self.trace.made = StepTrace.make(self, feed, _THREADS)
         return results
 
+    def run_steps(self, start: int, stop: int, fed: dict, targets: list) -> bool:
+        """A scan's steps ``[start, stop)`` in one C call through this thread's trace
+        (``step_loop.py``), or False, none run, where there is none or it cannot."""
+        trace = getattr(self.trace, "made", None)
+        return trace is not None and trace.run_steps(start, stop, fed, targets)
+
     def new_run(self) -> None:
         """A scan starts its steps (``scan_run._Stepper``): this thread's trace, if any,
         packs its fixed operands again (``packed.py``)."""

@@ -212,6 +212,18 @@ class _Recipe:
         self.lock = threading.Lock()
         self.taken = False  # the first thread to replay uses the snapshots themselves
 
+    def owned_addresses(self) -> list[int]:
+        """The addresses of this thread's copies of the owned buffers (the bytes the calls
+        write are rewritten before each read)."""
+        owned = getattr(self.local, "addresses", None)
+        if owned is None:
+            with self.lock:
+                first, self.taken = not self.taken, True
+                arrays = self.snapshots if first else [s.copy() for s in self.snapshots]
+            self.local.arrays = arrays
+            owned = self.local.addresses = [a.ctypes.data for a in arrays]
+        return owned
+
     def run(self, inputs: list[np.ndarray], out: np.ndarray, threads: int) -> np.ndarray:
         self.replay([*map(data_address, inputs), data_address(out)], out, threads)
         return out
@@ -221,16 +233,9 @@ class _Recipe:
         """The logged calls on the inputs and output at ``addresses`` (the output last;
         ``out`` is that output, zeroed first when the products do not cover it);
         ``actions``: the caller's version of them (a step trace's packed products)."""
-        owned = getattr(self.local, "addresses", None)
-        if owned is None:  # this thread's copies of the owned buffers
-            with self.lock:  # (the bytes the calls write are rewritten before each read)
-                first, self.taken = not self.taken, True
-                arrays = self.snapshots if first else [s.copy() for s in self.snapshots]
-            self.local.arrays = arrays
-            owned = self.local.addresses = [a.ctypes.data for a in arrays]
         if not self.covers:
             out.fill(0)
-        bases = addresses + owned
+        bases = addresses + self.owned_addresses()
         for call, operands in actions or self.actions:
             call.run(*[bases[k] + offset for k, offset in operands], threads)
 

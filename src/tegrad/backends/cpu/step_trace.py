@@ -59,6 +59,7 @@ class StepTrace:
         for p, a in feed.items():
             self.fed.append((self._slot(p), p, a.dtype, a.strides))
         self.calls: list | None = []
+        self.forms: list = []  # each call's parts, for a loop over steps (step_loop.py)
         for kernel, step in zip(program.plan.kernels, program.steps, strict=True):
             call = (self._kernel(step) if kernel.kind == "general"
                     else self._contraction(step, kernel.tensor, feed))
@@ -100,6 +101,7 @@ class StepTrace:
                 return None  # (the general path copies such a read to C order)
             slots.append(self.slot[a])
         fn, pointers, err = compiled.bound(), compiled.pointers, compiled.err_address
+        self.forms.append(("kernel", compiled, slots))
 
         def call(addresses):
             fn(pointers(*[addresses[k] for k in slots]), err, self.threads)
@@ -124,6 +126,7 @@ class StepTrace:
         slots = [self.slot[t] for t in contraction.tensors] + [self._slot(tensor)]
         threads = self.threads
         actions = self._packed(recipe.actions, contraction.tensors)
+        self.forms.append(("contraction", recipe, slots, tensor, actions))
 
         def call(addresses):
             recipe.replay([addresses[k] for k in slots], self.current[tensor], threads,
@@ -151,6 +154,26 @@ class StepTrace:
         """A new run of the scan: the packed operands may hold other values now."""
         for packed in self.packs:
             packed.new_run()
+
+    def run_steps(self, start: int, stop: int, fed: dict, targets: list) -> bool:
+        """Steps ``[start, stop)`` in one C call (``step_loop.py``), reading and writing
+        the rows ``fed`` and ``targets`` describe; False, having run none, where that
+        loop cannot take them (the caller runs them one by one)."""
+        from .step_loop import StepLoop
+
+        loop = StepLoop.make(self, fed, targets)
+        if loop is None:
+            return False
+        failed = loop.run(start, stop, self.threads)
+        if failed == -2:
+            raise MemoryError("no memory for a scan's step loop")
+        if failed >= 0:
+            for form in self.forms:
+                if form[0] == "kernel" and form[1].err[0]:
+                    form[1].raise_error()
+        if failed != -1:
+            raise RuntimeError(f"a scan's step loop stopped at step {failed}")
+        return True
 
     def run(self, feed: dict, targets: list | None = None) -> list | None:
         """The step's outputs, or None where the feed's layouts are not the trace's. An
