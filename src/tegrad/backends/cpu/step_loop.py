@@ -29,7 +29,13 @@ Calls (an opcode, then its words; operands are a slot and a byte offset):
 
 Only the plain case is taken: a scan whose histories are whole arrays (not
 checkpointed), every output written in place (its row has the trace buffer's layout),
-and no output that is a fed value. Otherwise the steps stay in Python.
+and no output that is a fed value. Otherwise the steps stay in Python. The first step of
+a run makes or uses the trace in Python, and a program's first run also its second (its
+products' packs are made there).
+
+The benchmark LSTM (``bench_cpu.py``'s), with against without the loop, two alternating
+pairs of processes (one-off script, medians of 21): ``tg.build`` forward 10.4 and 8.8 ms
+against 11.1 and 9.6; ``build_vjp``'s backward 19.7 and 18.6 ms against 20.3 and 19.9.
 """
 
 from __future__ import annotations
