@@ -712,8 +712,9 @@ def _scan_steps(f) -> list:
 
 def test_scan_steps_run_by_their_trace_as_the_general_path_does(monkeypatch):
     """An LSTM's forward and adjoint steps run through ``StepTrace`` after their first
-    step (its second step through ``run``, the rest in one C loop, ``step_loop.py``): the
-    same values, bitwise, as with every step on the general path, and torch's."""
+    step (a later call's first step through ``run``, the rest in one C loop,
+    ``step_loop.py``): the same values, bitwise, as with every step on the general path,
+    and torch's."""
     import torch
 
     from tegrad.backends.cpu import step_trace

@@ -14,8 +14,9 @@ first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine 
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
 In float32 on a processor with AVX-512, such a sum (or a single product at most
-``TG_MAX_DEPTH`` deep), at least ``TG_MIN_COLS`` columns wide with ``B``'s rows
-contiguous, is one register-blocked kernel instead (``term_kernel.py``).
+``term_kernel.MAX_DEPTH`` deep), each thread's block at least ``term_kernel.MIN_COLS``
+columns wide and ``term_kernel.TILE_ROWS`` rows high, with ``B``'s rows contiguous, is
+one register-blocked kernel instead (``term_kernel.py``).
 
 The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
 tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on

@@ -23,7 +23,7 @@ as wide as keeps the ``B`` rows it reads within ``TG_TILE_BYTES`` (in L2).
 
 The benchmark convolution in a one-off C harness (8 images, 2 threads, medians of 21):
 8.5-8.9 ms (203-218 GFLOP/s) against MKL's nine calls' 10.8-11.3 ms; in ``tg_gemm``,
-9.0-9.5 ms. Shallow single products (``K`` 64-256, 128 or more columns) took 0.65-0.95x
+9.0-9.5 ms. Shallow single products (``K`` 64-256, 128 or more columns) took 0.61-0.95x
 MKL's time in a one-off script; narrower ones, and a transposed ``B`` copied to rows
 first, were no faster, so they stay BLAS calls.
 
