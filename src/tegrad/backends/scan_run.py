@@ -44,8 +44,8 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     first = [next(v for v, y in kernel.saved.items() if y is x) for x in steps]
     kept = [empty(v.shape, v.dtype) for v in first]
     made = {values: kept[steps.index(x)] for values, x in kernel.saved.items()}
-    rows = [lambda t, v=v: kernel.row(v, t) for v in first]
     if kernel.checkpointed:
+        rows = [lambda t, v=v: kernel.row(v, t) for v in first]
         engine = _Checkpoints(kernel, stepper, arrays, kept, rows)
         made.update({out: engine.whole[n] if n in engine.whole else
                      CheckpointedHistory(engine, n, out.shape, out.dtype,
@@ -57,16 +57,15 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
         history = empty(s.shape, s.dtype)
         history[: op.init_rows] = arrays[init]
         histories.append(history)
-    states = len(histories)
-
-    def target(n: int, t: int) -> np.ndarray | None:
-        if n < states:
-            return histories[n][t]
-        r = rows[n - states](t)
-        return None if r is None else kept[n - states][r]
 
     lines = [(h, 1, 0) for h in histories]  # output n at step t: row a t + b of an array
     lines += [(kept[k], *kernel.row_line(v)) for k, v in enumerate(first)]
+
+    def target(n: int, t: int) -> np.ndarray | None:
+        array, a, b = lines[n]
+        r = a * t + b
+        return array[r] if 0 <= r < array.shape[0] else None
+
     stepper.run(op.init_rows, op.length, lambda n, r: _row(histories[n], r), target,
                 (histories, lines))
     made.update(zip(op.outputs, histories, strict=True))

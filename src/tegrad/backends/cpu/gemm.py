@@ -157,7 +157,9 @@ class Blas:
         self.path = path
         return True
 
+    @cached_property
     def _library(self):
+        """The helper's library (``tg_gemm``, and ``term_kernel``'s kernel where wanted)."""
         from .compiler import load
 
         return load(term_kernel.SOURCE.replace("DIRECT_TERMS", str(int(self.direct_terms)))
@@ -167,14 +169,14 @@ class Blas:
     @cached_property
     def direct(self) -> bool:
         """Whether ``helper`` has ``term_kernel``'s kernel (wanted, and AVX-512 here)."""
-        return bool(ctypes.c_int.in_dll(self._library(), "tg_direct_terms").value)
+        return bool(ctypes.c_int.in_dll(self._library, "tg_direct_terms").value)
 
     @cached_property
     def helper(self):
         """``tg_gemm`` compiled for this BLAS's integer width."""
         from .compiler import bind
 
-        return bind(self._library(), "tg_gemm",
+        return bind(self._library, "tg_gemm",
                     [ctypes.c_void_p, ctypes.c_int, *[ctypes.c_long] * 4,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,

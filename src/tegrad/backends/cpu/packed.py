@@ -151,6 +151,22 @@ def _functions():
     return pack_bytes, pack, packed, names
 
 
+@cache
+def _rows_copy():
+    """``tg_rows``, bound."""
+    from .compiler import bind
+
+    return bind(_library(), "tg_rows", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
+                                        ctypes.c_long, ctypes.c_long, ctypes.c_int])
+
+
+def _split(call: GemmCall, threads: int) -> tuple[int, int]:
+    """``(by_rows, chunks)``: ``tg_gemm``'s split of a one-batch call over ``threads``,
+    one block of rows (when ``M >= N``) or of columns per thread."""
+    by_rows = int(call.M >= call.N)
+    return by_rows, max(1, min(threads, call.M if by_rows else call.N))
+
+
 def fixed_operand_product(call: GemmCall, which: int, threads: int):
     """``call`` with its operand ``which`` fixed over a scan's run, made once per run into
     the layout its product reads fastest (``RowsGemm``, else ``PackedGemm``), or None
@@ -170,8 +186,7 @@ class RowsGemm:
         if (which != 1 or not call.tb or call.dbl or call.batch != 1 or len(call.terms) != 2
                 or call.K > term_kernel.MAX_DEPTH or not call.blas.direct):
             return None
-        by_rows = call.M >= call.N  # tg_gemm's split: one block per thread
-        chunks = max(1, min(threads, call.M if by_rows else call.N))
+        by_rows, chunks = _split(call, threads)
         rows = call.M // chunks if by_rows else call.M
         cols = call.N if by_rows else call.N // chunks
         if rows < term_kernel.TILE_ROWS or cols < term_kernel.MIN_COLS:
@@ -179,13 +194,9 @@ class RowsGemm:
         return cls(call)
 
     def __init__(self, call: GemmCall):
-        from .compiler import bind
-
         self.rows = np.empty((call.K, call.N), np.float32)
         self.call = call._replace(ldb=call.N, tb=0)
-        self.copy = bind(_library(), "tg_rows", [ctypes.c_void_p, ctypes.c_void_p,
-                                                 ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                                                 ctypes.c_int])
+        self.copy = _rows_copy()
         self.ldb = call.ldb
         self.source: int | None = None  # the operand's address, this run
 
@@ -223,8 +234,7 @@ class PackedGemm:
         prefix = "d" if call.dbl else "s"
         self.pack_fn, self.compute_fn = names[f"{prefix}gemm_pack"], names[
             f"{prefix}gemm_compute"]
-        self.by_rows = int(call.M >= call.N)
-        self.chunks = max(1, min(threads, call.M if self.by_rows else call.N))
+        self.by_rows, self.chunks = _split(call, threads)
         per = self.pack_bytes(names[f"{prefix}gemm_pack_get_size"], which, call.M, call.N,
                               call.K, self.chunks, self.by_rows)
         self.stride = -(-per // _ALIGN) * _ALIGN

@@ -48,7 +48,7 @@ import numpy as np
 from ...ir import dtype as dt
 from . import copy as copies
 from .gemm import GemmCall
-from .packed import PackedGemm, RowsGemm, _functions
+from .packed import PackedGemm, RowsGemm
 
 FIXED, ROW, TIME = 0, 1, 2
 KERNEL, GEMM, PACKED, COPY, ZERO = range(5)
@@ -273,7 +273,7 @@ class StepLoop:
                 return False
             (a, a_off), (b, b_off), (c, c_off) = ops
             g = call.call
-            self.code += [PACKED, _address(_functions()[2]), call.compute_fn, g.dbl,
+            self.code += [PACKED, _address(call.packed), call.compute_fn, g.dbl,
                           call.which, g.M, g.N, g.K, a, a_off, g.lda, g.ta, b, b_off, g.ldb,
                           g.tb, c, c_off, g.ldc, call.chunks, call.by_rows, call.packs,
                           call.stride, g.accumulate]
