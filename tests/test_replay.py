@@ -248,23 +248,31 @@ def test_data_address_is_the_arrays_data_pointer():
 
 
 
-@pytest.mark.parametrize("hidden", [32, 64])
+# (batch, hidden) -> the layout of the forward step's h W^T on 2 threads, float32, AVX-512:
+# rows split over the threads (8 rows each or more, W^T at most 1 MiB), else columns (128
+# or more each), else MKL's pack
+_WEIGHT_LAYOUTS = {(16, 32): ("RowsGemm", 1), (8, 64): ("RowsGemm", 0),
+                   (8, 32): ("PackedGemm", None)}
+
+
+@pytest.mark.parametrize("batch,hidden", list(_WEIGHT_LAYOUTS))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode", ["forward", "gradient"])
-def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, hidden, monkeypatch):
+def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, batch, hidden,
+                                                         monkeypatch):
     """An LSTM step's ``h W^T`` (and the adjoint's ``dpre W``) lay ``W`` out at the first
     step of each run (``packed.py``): in rows for ``term_kernel``'s kernel where it takes
-    the product (float32, AVX-512, each thread's block 128 columns or more: ``4 hidden >=
-    256``), else packed by MKL. Results equal the NumPy backend's, also after ``W``
-    changed in place between two calls."""
-    from tegrad.backends.cpu import gemm, packed, step_trace
+    the product (float32, AVX-512, each thread's block 8 rows and 128 columns or more),
+    split by rows where the rows fit a core's cache, else packed by MKL. Results equal the
+    NumPy backend's, also after ``W`` changed in place between two calls."""
+    from tegrad.backends.cpu import gemm, packed, program, step_trace
 
     made = []
     fixed = packed.fixed_operand_product
     monkeypatch.setattr(step_trace, "fixed_operand_product",
                         lambda *args: made.append(fixed(*args)) or made[-1])
     ph = lambda shape, name: tg.placeholder(shape, dtype, name)  # noqa: E731
-    x, h0, c0 = ph((7, 16, 8), "x"), ph((16, hidden), "h0"), ph((16, hidden), "c0")
+    x, h0, c0 = ph((7, batch, 8), "x"), ph((batch, hidden), "h0"), ph((batch, hidden), "c0")
     wih, whh = ph((4 * hidden, 8), "wih"), ph((4 * hidden, hidden), "whh")
     out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
     ins = [x, h0, c0, wih, whh]
@@ -284,9 +292,13 @@ def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, hidden, mo
         arrays[4] *= 1.5  # whh changed in place: the next run lays it out again
     kinds = [type(p).__name__ if p is not None else None for p in made]
     assert len(made) == (2 if mode == "gradient" else 1)
-    if dtype == "float32" and hidden == 64 and gemm._blas().direct:
-        assert kinds[0] == "RowsGemm", kinds  # h W^T, W stored transposed
-    elif gemm.blas_name() == "mkl":
+    kind, by_rows = _WEIGHT_LAYOUTS[batch, hidden]
+    if dtype == "float32" and gemm._blas().direct and program.num_threads() == 2:
+        if kind == "RowsGemm":  # h W^T, W stored transposed
+            assert kinds[0] == kind and made[0].call.by_rows == by_rows, kinds
+        elif gemm.blas_name() == "mkl":
+            assert kinds[0] == kind, kinds
+    elif dtype == "float64" and gemm.blas_name() == "mkl":
         assert kinds[0] == "PackedGemm", kinds
     if gemm.blas_name() == "mkl" and mode == "gradient":
         assert kinds[1] == "PackedGemm", kinds  # dpre W: W in rows already, 4 hidden deep

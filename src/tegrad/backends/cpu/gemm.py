@@ -5,9 +5,10 @@ call; tegrad's kernels run on OpenMP's. On a machine with as many threads as cor
 two pools fight for the cores whenever one hands over to the other, and each hand-over
 costs a scheduler time slice (timed once here, with a one-off script: a 0.1 ms kernel
 took 4 ms right after a GEMM). So the compiled target keeps one pool: each product is
-split into ``threads`` blocks of rows (or of columns, whichever dimension is longer; or
-batches) that OpenMP threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm``
-below); on OpenBLAS, it is set to one thread while a program runs.
+split into ``threads`` blocks of rows (or of columns, whichever dimension is longer,
+unless the call says otherwise: ``GemmCall.by_rows``; or batches) that OpenMP threads hand
+to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below); on OpenBLAS, it is set to
+one thread while a program runs.
 
 A product may be a sum of ``terms`` products over operands at fixed offsets from the
 first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine shifted
@@ -59,9 +60,9 @@ typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
 void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
              const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
              char *C, long sc, long ldc, const long *terms, long nterms, int acc,
-             int nthreads) {
+             int by_rows, int nthreads) {
   long size = dbl ? 8 : 4;
-  long chunks = 1, by_rows = M >= N;
+  long chunks = 1;
   if (batch < nthreads) chunks = (nthreads + batch - 1) / batch;
   long extent = by_rows ? M : N;
   if (chunks > extent) chunks = extent;
@@ -181,7 +182,7 @@ class Blas:
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_int,
                      ctypes.c_void_p, ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
-                     ctypes.c_long, ctypes.c_int, ctypes.c_int])
+                     ctypes.c_long, ctypes.c_int, ctypes.c_int, ctypes.c_int])
 
 
 def _mkl_path() -> str | None:
@@ -260,12 +261,13 @@ class GemmCall(NamedTuple):
     terms: ctypes.Array
     accumulate: int  # 1: the first term adds to C too (beta = 1)
     blas: Blas  # whose ``sgemm``/``dgemm`` ``fn`` is, and so whose ``tg_gemm`` calls it
+    by_rows: int  # the split over threads: blocks of rows (1) or of columns (0)
 
     def run(self, a: int, b: int, c: int, threads: int) -> None:
         self.blas.helper(self.fn, self.dbl, self.batch, self.M, self.N, self.K, a, self.sa,
                          self.lda, self.ta, b, self.sb, self.ldb, self.tb, c, self.sc,
                          self.ldc, self.terms, len(self.terms) // 2, self.accumulate,
-                         threads)
+                         self.by_rows, threads)
 
 
 def prepare(a, b, out: np.ndarray, blas: Blas | None = None, accumulate: bool = False):
@@ -312,7 +314,7 @@ def prepare(a, b, out: np.ndarray, blas: Blas | None = None, accumulate: bool = 
     call = GemmCall(blas.dgemm if size == 8 else blas.sgemm, int(size == 8), am.shape[0], M,
                     N, K, am.strides[0] // size, la[0], la[1], bm.strides[0] // size, lb[0],
                     lb[1], cm.strides[0] // size, lc[0], (ctypes.c_long * len(offsets))(*offsets),
-                    int(accumulate), blas)
+                    int(accumulate), blas, int(M >= N))
     return call, (am, bm, cm)
 
 

@@ -62,7 +62,7 @@ enum { KERNEL, GEMM, PACKED, COPY, ZERO };
 typedef void (*kernel_fn)(void **, long *, int);
 typedef void (*gemm_fn)(void *, int, long, long, long, long, const char *, long, long, int,
                         const char *, long, long, int, char *, long, long, const long *, long,
-                        int, int);
+                        int, int, int);
 typedef void (*packed_fn)(void *, int, int, long, long, long, const char *, long, int,
                           const char *, long, int, char *, long, long, long, const char *,
                           long, int, int);
@@ -99,12 +99,12 @@ long tg_steps(long start, long stop, long nslots, const long *slots, const long 
         break;
       }
       case GEMM:  /* fn blas dbl batch M N K (a off) sa lda ta (b off) sb ldb tb (c off) sc
-                     ldc terms nterms acc */
+                     ldc terms nterms acc by_rows */
         ((gemm_fn)w[1])((void *)w[2], (int)w[3], w[4], w[5], w[6], w[7], at[w[8]] + w[9],
                         w[10], w[11], (int)w[12], at[w[13]] + w[14], w[15], w[16],
                         (int)w[17], at[w[18]] + w[19], w[20], w[21], (const long *)w[22],
-                        w[23], (int)w[24], nthreads);
-        i += 25;
+                        w[23], (int)w[24], (int)w[25], nthreads);
+        i += 26;
         break;
       case PACKED:  /* fn compute dbl which M N K (a off) lda ta (b off) ldb tb (c off) ldc
                        chunks by_rows packs stride acc */
@@ -266,7 +266,7 @@ class StepLoop:
                           call.M, call.N, call.K, a, a_off, call.sa, call.lda, call.ta, b,
                           b_off, call.sb, call.ldb, call.tb, c, c_off, call.sc, call.ldc,
                           ctypes.addressof(call.terms), len(call.terms) // 2,
-                          call.accumulate]
+                          call.accumulate, call.by_rows]
             return True
         if isinstance(call, PackedGemm):
             if not call.ready():
