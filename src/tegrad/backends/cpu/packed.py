@@ -91,14 +91,20 @@ void tg_pack(void *pack, int dbl, int which, long M, long N, long K, const char 
   }
 }
 
-/* a fixed B stored transposed (element (k, j) at src[j ld + k]) copied to rows, K x N */
+/* a fixed B stored transposed (element (k, j) at src[j ld + k]) copied to rows, K x N, in
+   16 x 16 tiles written a row at a time (vector stores; the transposed order, a column of
+   dst at a time, wrote 16 lines 4 KiB apart, which share a set of the L1 cache: 430 us
+   against 55 for the LSTM's 256 x 1024, one-off C harness) */
 void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads) {
   #pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (long j0 = 0; j0 < N; j0 += 16)
-    for (long k0 = 0; k0 < K; k0 += 16)
-      for (long j = j0; j < j0 + 16 && j < N; j++)
-        for (long k = k0; k < k0 + 16 && k < K; k++)
+  for (long k0 = 0; k0 < K; k0 += 16)
+    for (long j0 = 0; j0 < N; j0 += 16) {
+      long k1 = k0 + 16 < K ? k0 + 16 : K, j1 = j0 + 16 < N ? j0 + 16 : N;
+      for (long k = k0; k < k1; k++)
+        #pragma omp simd
+        for (long j = j0; j < j1; j++)
           dst[k * N + j] = src[j * ld + k];
+    }
 }
 
 void tg_gemm_packed(void *compute, int dbl, int which, long M, long N, long K,
