@@ -275,6 +275,83 @@ def test_a_kernel_read_at_its_own_point_joins_its_reader():
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
 
 
+def _softmax_program():  # the forward's output is read by the gradient: not streamed
+    X, H = tg.placeholder((64, 1000), "float32", "X"), tg.placeholder((64, 1000), "float32", "H")
+    Y = tg.nn.softmax(X, -1)
+    return [X, H], [Y, *tg.gradient(Y, [X], H)], [False, True]
+
+
+def _layer_norm_program():  # an input gradient with its weight and bias gradients' sums
+    X = tg.placeholder((3, 40, 96), "float64", "X")
+    W, B = tg.placeholder((96,), "float64", "W"), tg.placeholder((96,), "float64", "B")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    return [X, W, B, H], tg.gradient(Y, [X, W, B], H), [True]
+
+
+def _max_pool_program():  # residue classes: four stores per window (merged loop: n, c)
+    X = tg.placeholder((4, 8, 12, 20), "float32", "X")
+    Y = tg.nn.max_pool2d(X, 2, 2)
+    H = tg.placeholder(Y.shape, "float32", "H")
+    return [X, H], tg.gradient(Y, [X], H), [True]
+
+
+def _concatenation_program():  # one loop per range of columns
+    parts = [tg.placeholder((40, n), "float32", name) for n, name in ((36, "A"), (30, "B"))]
+    return parts, [tg.nn.cat(parts, dim=1)], [True]
+
+
+def _grouped_program():  # Y1, read by Y2 at its own point only, made in Y2's loop
+    X = tg.placeholder((48, 200), "float32", "X")
+    Y1 = tg.compute(X.shape, lambda i, j: tg.exp(X[i, j]), name="Y1")
+    Y2 = tg.compute(X.shape, lambda i, j: Y1[i, j] * X[i, j], name="Y2")
+    return [X], [Y1, Y2], [True]
+
+
+@pytest.mark.parametrize("make", [_softmax_program, _layer_norm_program, _max_pool_program,
+                                  _concatenation_program, _grouped_program])
+def test_outputs_no_kernel_reads_later_are_streamed(make, monkeypatch):
+    """Outputs that no later kernel reads are staged per iteration of the parallel loop
+    and streamed past the caches (``codegen.KernelSource._stage``); with the size limits
+    lowered, every kind of row loop does so and agrees with the NumPy backend (rows of
+    4000 and 800 bytes: streams that start and end inside a cache line)."""
+    from tegrad.backends.cpu import codegen
+
+    monkeypatch.setattr(codegen, "STREAM_BYTES", 0)
+    monkeypatch.setattr(codegen, "STREAM_TRAFFIC_BYTES", 0)
+    monkeypatch.setattr(codegen, "STAGE_MIN_BYTES", 64)
+    monkeypatch.setattr(codegen, "PARALLEL_WORK", 0)  # (only parallel loops stage)
+    inputs, outputs, streamed = make()
+    f = tg.build(inputs, outputs, target="cpu")
+    texts = [step.src.text for step in f.program.steps]
+    assert ["tg_stream(" in text for text in texts] == streamed
+    if make is _grouped_program:  # both outputs, from one loop
+        assert len(texts) == 1 and texts[0].count("tg_stream(") == 2
+    rng = np.random.default_rng(11)
+    arrays = [rng.standard_normal(p.shape).astype(p.dtype) for p in inputs]
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for _ in range(2):  # (the second run writes into the first run's buffers)
+        assert_agree(f(*arrays), want, make.__name__, rtol=1e-5)
+
+
+def test_step_programs_do_not_stream(monkeypatch):
+    """A scan's step writes rows the next step reads: never past the caches."""
+    from tegrad.backends.cpu import codegen, program
+
+    monkeypatch.setattr(codegen, "STREAM_BYTES", 0)
+    monkeypatch.setattr(codegen, "STREAM_TRAFFIC_BYTES", 0)
+    monkeypatch.setattr(codegen, "STAGE_MIN_BYTES", 64)
+    monkeypatch.setattr(codegen, "PARALLEL_WORK", 0)
+    ph = lambda shape, name: tg.placeholder(shape, "float32", name)  # noqa: E731
+    x, h0, c0 = ph((5, 16, 8), "x"), ph((16, 32), "h0"), ph((16, 32), "c0")
+    wih, whh = ph((128, 8), "wih"), ph((128, 32), "whh")
+    out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
+    f = tg.build([x, h0, c0, wih, whh], out, target="cpu")
+    steps = [s for s in f.program.steps if isinstance(s, program.CpuProgram)]
+    texts = [k.src.text for s in steps for k in s.steps if hasattr(k, "src")]
+    assert texts and not any("tg_stream(" in text for text in texts)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_column_sums_are_made_in_the_loops_of_a_row_kernel(dtype):
     """A layer norm's weight and bias gradients sum over the rows that its input gradient

@@ -24,6 +24,37 @@ LOCAL_CTYPE = {**CTYPE, "bool": "int"}
 _MATH = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "pow")
 TRANSCENDENTAL = frozenset({*_MATH, "sigmoid"})  # library calls, for the work estimate
 
+# ``tg_stream(dst, src, n)``: ``n`` bytes copied with non-temporal stores of whole vectors
+# (past the caches, so that the line is not read first), the unaligned head and tail
+# copied; then a store fence, so that the bytes are seen by the threads that read them
+# after the loop. gcc's builtins, not <immintrin.h>, which adds 0.17 s to every compile.
+_STREAM = r"""
+#if defined(__AVX512F__)
+#define TG_LINE 64
+#define TG_NT(d, s) __builtin_ia32_movntdq512((tg_line *)(d), *(const tg_uline *)(s))
+#elif defined(__AVX__)
+#define TG_LINE 32
+#define TG_NT(d, s) __builtin_ia32_movntdq256((tg_line *)(d), *(const tg_uline *)(s))
+#elif defined(__SSE2__)
+#define TG_LINE 16
+#define TG_NT(d, s) __builtin_ia32_movntdq((tg_line *)(d), *(const tg_uline *)(s))
+#endif
+#ifdef TG_LINE
+typedef long long tg_line __attribute__((vector_size(TG_LINE)));
+typedef long long tg_uline __attribute__((vector_size(TG_LINE), aligned(1)));
+#endif
+static inline void tg_stream(char *dst, const char *src, long n) {
+#ifdef TG_LINE
+  long head = (long)((TG_LINE - ((uintptr_t)dst & (TG_LINE - 1))) & (TG_LINE - 1));
+  if (head > n) head = n;
+  memcpy(dst, src, head);
+  dst += head; src += head; n -= head;
+  for (; n >= TG_LINE; n -= TG_LINE, dst += TG_LINE, src += TG_LINE) TG_NT(dst, src);
+  __builtin_ia32_sfence();
+#endif
+  memcpy(dst, src, n);
+}"""
+
 PRELUDE = "\n".join([
     "#include <math.h>",
     "#include <omp.h>",
@@ -50,6 +81,7 @@ PRELUDE = "\n".join([
     " return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }",
     "static inline double tg_fmodd(double a, double b) { double m = fmod(a, b);"
     " return (m != 0 && ((b < 0) != (m < 0))) ? m + b : m; }",
+    _STREAM,
 ])
 
 

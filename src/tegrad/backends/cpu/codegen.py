@@ -34,6 +34,14 @@ the guards that the verifier proved keep it in bounds. Branches that are always 
 become a branch-free ``c ? a : b``, which gcc vectorizes. Indices read from integer
 tensors are checked on every read; the first bad one is reported through ``err``.
 
+**Streaming stores.** A store to a line the cache does not hold first reads that line from
+memory. An output that no later kernel of the program reads, large (``STREAM_BYTES``) and
+written by a kernel that moves more than the L3 cache holds (``STREAM_TRAFFIC_BYTES``), is
+staged per iteration of the parallel loop on the thread's stack and then copied out with
+non-temporal stores (``_stage``, ``c_ops.tg_stream``): a layer norm's gradient reads
+``dY`` and ``X`` and writes ``dX``, 48 MiB, and so moves 64 MiB with plain stores and 48
+with these.
+
 Names in the source (``i0``, ``r1``, ``t5``, ``a2``) are given in order of first use, so
 the same structure, shapes and dtypes give the same text: the text is the cache key.
 """
@@ -41,6 +49,8 @@ the same structure, shapes and dtypes give the same text: the text is the cache 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from ...ir import dtype as dt
 from ...ir.bounds import interval, is_pure_index
@@ -68,17 +78,26 @@ TRANSCENDENTAL_COST = 8  # a library call (exp, tanh, ...) weighs this many addi
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
+# Outputs that no later kernel of the program reads are streamed (``KernelSource._stage``)
+# when they are this large (more than a core's L2 cache here, 1-2 MiB) and the kernel
+# reads and writes this much in all (more than this machine's 32 MiB L3 cache: its arrays
+# cannot stay cached from one call to the next).
+STREAM_BYTES = 4 << 20
+STREAM_TRAFFIC_BYTES = 40 << 20
+STAGE_BYTES = 16 << 10  # an iteration's part of the output, staged on the stack: at most
+STAGE_MIN_BYTES = 256  # and at least (whole lines to stream)
 
 
 class KernelSource(ReductionEmitter):
     """The C function ``name`` computing ``t`` (its body: ``body_of``'s)."""
 
     def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple = (),
-                 columns: tuple = ()):
+                 columns: tuple = (), stream: frozenset = frozenset()):
         self.tensor = t
         self.name = name
         self.also = also  # (tensor, body over body_of's axes): also written (grouping.py)
         self.columns = columns  # (tensor, summand over body_of's axes): summed (grouping.py)
+        self.stream = stream  # outputs no later kernel reads: written past the caches
         extra = (*also, *columns)
         self.outputs = 1 + len(extra)
         self.args: list = [t, *(u for u, _ in extra)]  # outputs first, then each tensor read
@@ -239,6 +258,8 @@ class KernelSource(ReductionEmitter):
         self._close(blocks)
         if len(blocks) > 1 and innermost.straight() and not self.has_check:
             innermost.head.insert(0, "#pragma omp simd")
+        if blocks:
+            self._stage(blocks[0], shape, len(self.also))
 
     def _open_partials(self, n: int) -> None:
         """The column sums' partial sums: per thread, one zeroed row of ``n`` per column
@@ -287,6 +308,8 @@ class KernelSource(ReductionEmitter):
                 f" * {math.prod(shape[m + 1:])}L" for m, (coeffs, k) in enumerate(index))
             self.stack[-1].items.append(f"a0[{flat}] = {value};")
         self._close(blocks)
+        if not any(v in residues for v in axes[:len(blocks[0].binds)]):
+            self._stage(blocks[0], shape, 0)
 
     def _region_loops(self, body: Expr, axes, shape, outer: list, split: list) -> None:
         """The last axis as one loop per range of ``kernel_facts.regions``, each over the
@@ -307,6 +330,35 @@ class KernelSource(ReductionEmitter):
             if loop.straight() and not self.has_check:
                 loop.head.insert(0, "#pragma omp simd")
         self._close(outer)
+        self._stage(outer[0], shape, 0)
+
+    def _stage(self, merged: Block, shape, also: int) -> None:
+        """Outputs ``a0`` .. ``a{also}`` that no later kernel reads (``stream``), of
+        ``STREAM_BYTES`` or more, written past the caches: each iteration ``f`` of the
+        parallel loop ``merged`` (over the leading axes it binds) writes its part of the
+        output, ``span`` elements from ``f * span``, into a buffer on its thread's stack
+        (``a{k}`` redefined to point there, so the body and its row caches are unchanged),
+        then streams the buffer out (``c_ops.tg_stream``). A store to a line the cache
+        does not hold first reads the line from memory; these do not. A layer norm's
+        gradient (4096 x 1024), after a cache-clearing pass: see ``STREAM_BYTES``."""
+        if not merged.head or not merged.head[0].startswith("#pragma omp parallel"):
+            return
+        if any(v.lo for v in merged.binds):  # (a region's variable: an offset loop)
+            return
+        traffic = sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in self.args)
+        if traffic < STREAM_TRAFFIC_BYTES:
+            return
+        span = math.prod(shape[len(merged.binds):])
+        for k, t in enumerate(self.args[:1 + also]):
+            size = np.dtype(t.dtype).itemsize
+            if (t not in self.stream or math.prod(t.shape) * size < STREAM_BYTES
+                    or not STAGE_MIN_BYTES <= span * size <= STAGE_BYTES):
+                continue
+            ctype = CTYPE[t.dtype]
+            merged.head += [f"  {ctype} stage{k}[{span}] __attribute__((aligned(64)));",
+                            f"  {ctype} *restrict a{k} = stage{k} - f * {span}L;"]
+            merged.items.append(f"tg_stream((char *)args[{k}] + f * {span * size}L, "
+                                f"(const char *)stage{k}, {span * size}L);")
 
     def _row_buffers(self, body: Expr, axes, shape, blocks: list) -> None:
         """Declare the row caches of ``row_cache.py`` where their reductions go, and emit

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...ir.tensor import Tensor
 from ...lower.fusion import fuse
-from ...lower.plan import Plan
+from ...lower.plan import Plan, reads_and_makes
 from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
 from ..numpy_kernels import COPY, EMPTY, MATMUL, hooks, run_kernel
@@ -95,16 +95,22 @@ class Blueprint:
 
 def blueprint(plan: Plan, numbers: Iterator[int] | None = None) -> Blueprint:
     """``plan`` fused, grouped and its general kernels written in C; kernels are named
-    ``k0, k1, ...`` across the step blueprints (``numbers`` gives the next)."""
+    ``k0, k1, ...`` across the step blueprints (``numbers`` gives the next). The top
+    program's kernels write past the caches what no later kernel reads (large outputs,
+    ``KernelSource._stage``); a step program's outputs are the next step's inputs."""
+    top = numbers is None
     numbers = itertools.count() if numbers is None else numbers
     plan = group(fuse(plan))
+    read = {t for kernel in plan.kernels for t in reads_and_makes(kernel)[0]}
     parts: list = []
     for kernel in plan.kernels:
         if kernel.kind == "general":
             detail = kernel.detail
+            made = reads_and_makes(kernel)[1]
             src = KernelSource(kernel.tensor, getattr(detail, "body_of", kernel.tensor),
                                f"k{next(numbers)}", getattr(detail, "also", ()),
-                               getattr(detail, "columns", ()))
+                               getattr(detail, "columns", ()),
+                               frozenset(t for t in made if top and t not in read))
             parts.append(KernelText(src.tensor, src.name, src.text, tuple(src.args),
                                     src.outputs, tuple(src.gathers)))
         elif kernel.kind == "scan":
