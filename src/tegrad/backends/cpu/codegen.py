@@ -83,7 +83,7 @@ THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many i
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
 # Outputs that no later kernel of the program reads are streamed (``KernelSource._stage``)
-# when they are this large (more than a core's L2 cache here, 1-2 MiB) and the kernel
+# when they are this large (more than a core's L2 cache here, 1 MiB) and the kernel
 # reads and writes this much in all (more than this machine's 32 MiB L3 cache: its arrays
 # cannot stay cached from one call to the next).
 STREAM_BYTES = 4 << 20

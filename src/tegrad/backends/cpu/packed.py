@@ -24,15 +24,15 @@ AVX-512, at most ``MAX_DEPTH`` deep, blocks wide enough: the LSTM's ``h W^T``), 
 is all a run makes: the kernel never packs ``B``. The step product above, 200 calls in a
 one-off script (2 threads, best of three medians): 90 us against MKL's packed 107 and
 unpacked 110; the benchmark LSTM's forward step product 91 us against 110 (one-off
-per-call timing, two runs). Where ``B``'s rows fit a core's cache, ``RowsGemm`` splits
-rows of ``C`` over the threads even when ``M < N`` (``SHARED_ROWS_BYTES``): each thread
-then reads the rows from its own cache at every step, and the step's kernels, which split
-the batch's rows the same way, read what their own thread wrote. The benchmark LSTM's
-forward scan, 49 looped steps: 97 us a step against 103-106 split by columns (one-off
-timing, two runs); its forward, alternating in one process (8 pairs of 7-run medians, three
-runs): 9.9, 11.2 and 10.4 ms against 10.1, 11.4 and 11.1 ms. MKL's packed products keep their split:
-the adjoint's ``dpre W`` (``32 x 1024 x 256``) split by rows took 153-156 us a step
-against 141-144.
+per-call timing, two runs). Where ``B``'s rows are small (``SHARED_ROWS_BYTES``),
+``RowsGemm`` splits rows of ``C`` over the threads even when ``M < N``: each thread reads
+all of ``B`` and writes whole rows, which the step's kernels, splitting the batch's rows
+the same way, read on the thread that wrote them. The benchmark LSTM's forward scan, 49
+looped steps: 97 us a step against 103-106 split by columns (one-off timing, two runs);
+its forward, alternating in one process (8 pairs of 7-run medians, three runs): 9.9, 11.2
+and 10.4 ms against 10.1, 11.4 and 11.1 ms. MKL's packed products keep their split: the
+adjoint's ``dpre W`` (``32 x 1024 x 256``) split by rows took 153-156 us a step against
+141-144.
 """
 
 from __future__ import annotations
@@ -133,10 +133,10 @@ void tg_gemm_packed(void *compute, int dbl, int which, long M, long N, long K,
 """
 
 _ALIGN = 64  # bytes: MKL's packed panels are read with aligned vector loads
-# A ``RowsGemm`` splits rows over the threads, each reading all of ``B``'s rows at every
-# step, when they are at most this size: they then stay in each core's L2 cache (2 MiB on
-# this project's machine) over the scan, and a step's kernels, which split the batch's rows
-# the same way, read the rows of ``C`` their own thread wrote.
+# A ``RowsGemm`` splits rows of ``C`` over the threads, each reading all of ``B``'s rows at
+# every step, when they are at most this size (one core's L2 cache on this project's
+# machine, 1 MiB): each thread then writes whole rows of ``C``, which the step's kernels,
+# splitting the batch's rows the same way, read on the thread that wrote them.
 SHARED_ROWS_BYTES = 1 << 20
 
 
@@ -204,8 +204,9 @@ class RowsGemm:
         if (which != 1 or not call.tb or call.dbl or call.batch != 1 or len(call.terms) != 2
                 or call.K > term_kernel.MAX_DEPTH or not call.blas.direct):
             return None
-        # blocks of rows where each thread's copy of the rows stays in its cache
-        splits = [1, call.by_rows] if call.K * call.N * 4 <= SHARED_ROWS_BYTES else [call.by_rows]
+        # blocks of rows of C where B is small enough for every thread to read it all
+        small = call.K * call.N * 4 <= SHARED_ROWS_BYTES
+        splits = [1, call.by_rows] if small else [call.by_rows]
         for by_rows in splits:
             chunks = _split(call._replace(by_rows=by_rows), threads)[1]
             rows = call.M // chunks if by_rows else call.M
