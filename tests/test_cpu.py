@@ -308,19 +308,24 @@ def _grouped_program():  # Y1, read by Y2 at its own point only, made in Y2's lo
     return [X], [Y1, Y2], [True]
 
 
+@pytest.fixture
+def stream_small(monkeypatch):
+    """``codegen``'s limits lowered so that small kernels stream their outputs (only
+    parallel loops stage: every kernel runs parallel)."""
+    from tegrad.backends.cpu import codegen
+
+    for name, value in (("STREAM_BYTES", 0), ("STREAM_TRAFFIC_BYTES", 0),
+                        ("STAGE_MIN_BYTES", 64), ("PARALLEL_WORK", 0)):
+        monkeypatch.setattr(codegen, name, value)
+
+
 @pytest.mark.parametrize("make", [_softmax_program, _layer_norm_program, _max_pool_program,
                                   _concatenation_program, _grouped_program])
-def test_outputs_no_kernel_reads_later_are_streamed(make, monkeypatch):
+def test_outputs_no_kernel_reads_later_are_streamed(make, stream_small):
     """Outputs that no later kernel reads are staged per iteration of the parallel loop
     and streamed past the caches (``codegen.KernelSource._stage``); with the size limits
     lowered, every kind of row loop does so and agrees with the NumPy backend (rows of
     4000 and 800 bytes: streams that start and end inside a cache line)."""
-    from tegrad.backends.cpu import codegen
-
-    monkeypatch.setattr(codegen, "STREAM_BYTES", 0)
-    monkeypatch.setattr(codegen, "STREAM_TRAFFIC_BYTES", 0)
-    monkeypatch.setattr(codegen, "STAGE_MIN_BYTES", 64)
-    monkeypatch.setattr(codegen, "PARALLEL_WORK", 0)  # (only parallel loops stage)
     inputs, outputs, streamed = make()
     f = tg.build(inputs, outputs, target="cpu")
     texts = [step.src.text for step in f.program.steps]
@@ -334,14 +339,10 @@ def test_outputs_no_kernel_reads_later_are_streamed(make, monkeypatch):
         assert_agree(f(*arrays), want, make.__name__, rtol=1e-5)
 
 
-def test_step_programs_do_not_stream(monkeypatch):
+def test_step_programs_do_not_stream(stream_small):
     """A scan's step writes rows the next step reads: never past the caches."""
-    from tegrad.backends.cpu import codegen, program
+    from tegrad.backends.cpu import program
 
-    monkeypatch.setattr(codegen, "STREAM_BYTES", 0)
-    monkeypatch.setattr(codegen, "STREAM_TRAFFIC_BYTES", 0)
-    monkeypatch.setattr(codegen, "STAGE_MIN_BYTES", 64)
-    monkeypatch.setattr(codegen, "PARALLEL_WORK", 0)
     ph = lambda shape, name: tg.placeholder(shape, "float32", name)  # noqa: E731
     x, h0, c0 = ph((5, 16, 8), "x"), ph((16, 32), "h0"), ph((16, 32), "c0")
     wih, whh = ph((128, 8), "wih"), ph((128, 32), "whh")
