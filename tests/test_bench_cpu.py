@@ -111,3 +111,15 @@ def test_blas_comparison_runs_and_checks_its_products():
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"bench_blas.py failed:\n{done.stdout}\n{done.stderr}"
     assert "32 x 1024 x 256" in done.stdout and "mkl/openblas" in done.stdout
+
+
+@pytest.mark.parametrize("knob, case", [("stream", "softmax"), ("rows", "lstm")])
+def test_setting_comparison_runs(knob, case):
+    """``bench_ab.py`` builds a case with a setting on and off and times both beside torch
+    (a smoke run on the small shapes)."""
+    pytest.importorskip("torch")
+    cmd = [sys.executable, str(_BENCH_DIR / "bench_ab.py"), "--knob", knob, "--case", case,
+           "--quick", "--rounds", "1", "--block", "1", "--pause", "0"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_ab.py failed:\n{done.stdout}\n{done.stderr}"
+    assert f"{case} backward, {knob} on / off" in done.stdout and "on / torch" in done.stdout

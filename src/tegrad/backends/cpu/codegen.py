@@ -40,11 +40,11 @@ written by a kernel that moves more than the L3 cache holds (``STREAM_TRAFFIC_BY
 staged per iteration of the parallel loop on the thread's stack and then copied out with
 non-temporal stores (``_stage``, ``c_ops.tg_stream``): a layer norm's gradient reads
 ``dY`` and ``X`` and writes ``dX``, 48 MiB, and so moves 64 MiB with plain stores and 48
-with these. Against plain stores, alternating with torch in one process as the benchmark
-does (4096 x 1024, one-off script, five runs each): the layer norm's gradient took
-0.65-1.00x the time (median 0.86x), the softmax's 0.87-1.12x (median 0.96x); the
-forwards, 32 MiB, 0.86-1.21x, and a max pool's gradient, 16 MiB, 1.14-1.18x: hence
-the traffic limit.
+with these. Against plain stores (``benchmarks/bench_ab.py --knob stream``: both versions
+and torch in turns in one process, 4096 x 1024, three runs each): the layer norm's
+gradient took 0.84-0.94x the time, the softmax's 0.77-1.07x. With the traffic limit
+lifted (two runs each): a max pool's gradient, 16 MiB, 1.09-1.15x; the softmax forward,
+32 MiB, 0.98-1.03x; hence the limit.
 
 Names in the source (``i0``, ``r1``, ``t5``, ``a2``) are given in order of first use, so
 the same structure, shapes and dtypes give the same text: the text is the cache key.
@@ -349,13 +349,13 @@ class KernelSource(ReductionEmitter):
             return
         if any(v.lo for v in merged.binds):  # (a region's variable: an offset loop)
             return
-        traffic = sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in self.args)
-        if traffic < STREAM_TRAFFIC_BYTES:
+        itemsize = {a: np.dtype(a.dtype).itemsize for a in self.args}
+        if sum(a.size * itemsize[a] for a in self.args) < STREAM_TRAFFIC_BYTES:
             return
         span = math.prod(shape[len(merged.binds):])
         for k, t in enumerate(self.args[:1 + also]):
-            size = np.dtype(t.dtype).itemsize
-            if (t not in self.stream or math.prod(t.shape) * size < STREAM_BYTES
+            size = itemsize[t]
+            if (t not in self.stream or t.size * size < STREAM_BYTES
                     or not STAGE_MIN_BYTES <= span * size <= STAGE_BYTES):
                 continue
             ctype = CTYPE[t.dtype]

@@ -28,9 +28,10 @@ per-call timing, two runs). Where ``B``'s rows are small (``SHARED_ROWS_BYTES``)
 ``RowsGemm`` splits rows of ``C`` over the threads even when ``M < N``: each thread reads
 all of ``B`` and writes whole rows, which the step's kernels, splitting the batch's rows
 the same way, read on the thread that wrote them. The benchmark LSTM's forward scan, 49
-looped steps: 97 us a step against 103-106 split by columns (one-off timing, two runs);
-its forward, alternating in one process (8 pairs of 7-run medians, three runs): 9.9, 11.2
-and 10.4 ms against 10.1, 11.4 and 11.1 ms. MKL's packed products keep their split: the
+looped steps: 97 us a step against 103-106 split by columns (one-off timing, two runs).
+The whole forward program, against the column split (``benchmarks/bench_ab.py --knob rows
+--case lstm --row forward``, three runs): 0.91-1.02x the time, round medians 0.95-1.01x,
+within this machine's noise. MKL's packed products keep their split: the
 adjoint's ``dpre W`` (``32 x 1024 x 256``) split by rows took 153-156 us a step against
 141-144.
 """
