@@ -1,12 +1,17 @@
-"""The two BLAS libraries the compiled target can call for its products (``gemm.py``):
-Intel's MKL (``pip install tegrad[mkl]``) and NumPy's OpenBLAS, both through the same
-``tg_gemm`` helper (single-threaded BLAS calls, split over OpenMP threads), on the product
+"""The BLAS libraries the compiled target can call for its products (``gemm.py``), and
+``term_kernel``'s own kernel where ``tg_gemm`` takes it: Intel's MKL (``pip install
+tegrad[mkl]``), NumPy's OpenBLAS, and MKL with the kernel (the default), all through the
+same ``tg_gemm`` helper (single-threaded calls, split over OpenMP threads), on the product
 shapes the CPU benchmark meets, alternating in one process, medians.
 
     .venv/bin/python benchmarks/bench_blas.py [--threads 2] [--runs 51]
 
-Shapes: an LSTM step's products (N=32, 4H=1024, H=256 or I=128), square 512 and 1024,
-and a 3x3 convolution's (K=64 by C*9=576 by 56*56 pixels).
+Shapes (``M x N x K``; ``A^T``, ``B^T``: that operand stored transposed, as in the
+gradients ``X^T dY`` and ``dY W^T``): an LSTM's products (a step's, N=32, 4H=1024, H=256
+or I=128, and its 50 steps' at once), square 512 and 1024, and a 3x3 convolution's
+(K=64 by C*9=576 by 56*56 pixels, and its weight gradient's for one image). The last
+column is the kernel's time over MKL's where ``tg_gemm`` takes the kernel on every
+thread's block (float32, AVX-512, ``term_kernel``'s limits), else ``-``.
 """
 
 from __future__ import annotations
@@ -29,8 +34,11 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from tegrad.backends.cpu import gemm  # noqa: E402
 
-SHAPES = ((32, 1024, 256), (32, 1024, 128), (512, 512, 512), (1024, 1024, 1024),
-          (64, 3136, 576))
+SHAPES = ((32, 1024, 256, ""), (32, 1024, 128, ""), (1600, 1024, 128, "B^T"),
+          (1600, 128, 1024, ""), (1024, 256, 1600, "A^T"), (512, 512, 512, ""),
+          (512, 512, 512, "A^T"), (512, 512, 512, "B^T"), (1024, 1024, 1024, ""),
+          (1024, 1024, 1024, "A^T"), (1024, 1024, 1024, "B^T"), (64, 3136, 576, ""),
+          (64, 576, 3248, "B^T"))
 
 
 def main(argv=None) -> int:
@@ -38,7 +46,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=51)
     args = ap.parse_args(argv)
-    libraries = {"mkl": gemm.Blas(mkl=True), "openblas": gemm.Blas(mkl=False)}
+    libraries = {"mkl": gemm.Blas(mkl=True, direct_terms=False),
+                 "openblas": gemm.Blas(mkl=False, direct_terms=False),
+                 "mkl+kernel": gemm.Blas(mkl=True)}
     if libraries["mkl"].name != "mkl":
         print("MKL is not installed (pip install tegrad[mkl]); nothing to compare")
         return 1
@@ -48,9 +58,10 @@ def main(argv=None) -> int:
     before = openblas.get_threads()
     openblas.set_threads(1)  # its calls are made from OpenMP's threads, as in a program
     try:
-        for m, n, k in SHAPES:
-            a = rng.standard_normal((m, k), dtype=np.float32)
-            b = rng.standard_normal((k, n), dtype=np.float32)
+        for m, n, k, transposed in SHAPES:
+            a = rng.standard_normal((k, m) if transposed == "A^T" else (m, k), np.float32)
+            b = rng.standard_normal((n, k) if transposed == "B^T" else (k, n), np.float32)
+            a, b = (a.T if transposed == "A^T" else a), (b.T if transposed == "B^T" else b)
             want = a.astype(np.float64) @ b
             times = {}
             calls = {}
@@ -70,15 +81,32 @@ def main(argv=None) -> int:
                     times[name].append(time.perf_counter() - t0)
             med = {name: statistics.median(t) for name, t in times.items()}
             flops = 2.0 * m * n * k
-            cells.append((f"{m} x {n} x {k}",
+            kernel = libraries["mkl+kernel"].direct and _takes_kernel(calls["mkl"][0],
+                                                                       args.threads)
+            cells.append((f"{m} x {n} x {k} {transposed}".strip(),
                           *(f"{1e6 * med[x]:.0f} ({flops / med[x] / 1e9:.0f})" for x in med),
-                          f"{med['mkl'] / med['openblas']:.2f}"))
+                          f"{med['mkl'] / med['openblas']:.2f}",
+                          f"{med['mkl+kernel'] / med['mkl']:.2f}" if kernel else "-"))
     finally:
         openblas.set_threads(before)
     bench_shared.print_table(
         f"float32 products, M x N x K, {args.threads} OpenMP threads: us (GFLOP/s), "
-        f"median of {args.runs}", ("shape", "mkl", "openblas", "mkl/openblas"), cells)
+        f"median of {args.runs}",
+        ("shape", "mkl", "openblas", "mkl+kernel", "mkl/openblas", "kernel/mkl"), cells)
     return 0
+
+
+def _takes_kernel(call: gemm.GemmCall, threads: int) -> bool:
+    """Whether ``tg_gemm`` gives every thread's block of this one-term float32 call to
+    ``term_kernel``'s kernel (its conditions, for a call of one batch)."""
+    from tegrad.backends.cpu import term_kernel
+
+    chunks = max(1, min(threads, call.M if call.by_rows else call.N))
+    rows = call.M // chunks if call.by_rows else call.M
+    cols = call.N if call.by_rows else call.N // chunks
+    deep_ok = call.K <= term_kernel.MAX_DEPTH or cols >= term_kernel.DEEP_MIN_COLS
+    return (not call.dbl and not call.tb and deep_ok and rows >= term_kernel.TILE_ROWS
+            and cols >= term_kernel.MIN_COLS)
 
 
 if __name__ == "__main__":

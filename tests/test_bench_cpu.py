@@ -101,8 +101,8 @@ def test_case_selection_names_the_choices_for_an_unknown_case():
 
 
 def test_blas_comparison_runs_and_checks_its_products():
-    """``bench_blas.py`` times MKL against OpenBLAS through the same helper, after checking
-    each product against float64 (skipped without MKL)."""
+    """``bench_blas.py`` times MKL against OpenBLAS (and tegrad's kernel) through the same
+    helper, after checking each product against float64 (skipped without MKL)."""
     from tegrad.backends.cpu import gemm
 
     if gemm._mkl_path() is None:
@@ -111,6 +111,7 @@ def test_blas_comparison_runs_and_checks_its_products():
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"bench_blas.py failed:\n{done.stdout}\n{done.stderr}"
     assert "32 x 1024 x 256" in done.stdout and "mkl/openblas" in done.stdout
+    assert "kernel/mkl" in done.stdout
 
 
 @pytest.mark.parametrize("knob, case", [("stream", "softmax"), ("rows", "lstm")])

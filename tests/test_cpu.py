@@ -590,6 +590,9 @@ TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch); each thread
     "batched": (16, 12, 140, [0, 5], False, (3,)),
     "one shallow product": (33, 64, 301, [0], False, ()),
     "one shallow product, a transposed": (17, 40, 260, [0], True, (2,)),
+    "one deep wide product": (40, 300, 1100, [0], False, ()),
+    "one deep wide product, a transposed": (600, 270, 520, [0], True, ()),
+    "one deep narrow product": (24, 300, 400, [0], False, ()),
     "narrow": (40, 16, 100, [0, 1, 2], False, ()),
     "one row": (1, 16, 200, [0, 1], False, ()),
 }
@@ -624,9 +627,11 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-def test_term_kernel_runs_where_it_can():
+@pytest.mark.parametrize("case", ["nine taps", "one deep wide product"])
+def test_term_kernel_runs_where_it_can(case):
     """On a processor with AVX-512 the helper has the kernel, and a float32 convolution's
-    sum takes it: its sums run in another order than BLAS's, so some bits differ."""
+    sum and a deep product wide enough take it: their sums run in another order than
+    BLAS's, so some bits differ."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
     with open("/proc/cpuinfo") as f:
@@ -635,8 +640,9 @@ def test_term_kernel_runs_where_it_can():
     assert not Blas(direct_terms=False).direct
     if not avx512:
         pytest.skip("no AVX-512 here: products are BLAS calls")
-    rows, depth, cols, shifts, _, _ = TERMS["nine taps"]
+    rows, depth, cols, shifts, _, _ = TERMS[case]
     a, b = _shifted_terms(np.random.default_rng(6), "float32", rows, depth, cols, shifts)
+    a, b = (a, b) if len(shifts) > 1 else (a[0], b[0])
     results = []
     for direct in (True, False):
         out = np.empty((rows, cols), np.float32)

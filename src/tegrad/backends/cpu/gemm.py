@@ -15,7 +15,8 @@ first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine 
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
 In float32 on a processor with AVX-512, such a sum (or a single product at most
-``term_kernel.MAX_DEPTH`` deep), each thread's block at least ``term_kernel.MIN_COLS``
+``term_kernel.MAX_DEPTH`` deep, or any deeper one whose blocks are at least
+``term_kernel.DEEP_MIN_COLS`` wide), each thread's block at least ``term_kernel.MIN_COLS``
 columns wide and ``term_kernel.TILE_ROWS`` rows high, with ``B``'s rows contiguous, is
 one register-blocked kernel instead (``term_kernel.py``).
 
@@ -24,8 +25,11 @@ tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that 
 the calling OpenMP thread), else NumPy's own (found among the loaded libraries:
 ``scipy_cblas_sgemm64_`` in NumPy's wheels, or a plain ``cblas_sgemm``).
 ``TEGRAD_BLAS=openblas`` skips MKL. On this project's 2-core machine, through ``tg_gemm``
-on 2 threads, MKL took 0.62-0.77x OpenBLAS's time on an LSTM step's and a convolution's
-products and 0.94-0.97x on square ones (``benchmarks/bench_blas.py``, medians of 51).
+on 2 threads, MKL took 0.80-0.98x OpenBLAS's time on products with ``B`` stored
+transposed (0.80-0.81x on a convolution's weight gradient), 0.87-1.22x on the others
+(slower by 2-8 % on the square and deep ones), and the small and the shifted products,
+the LSTM's steps and the convolutions' own, are ``term_kernel``'s where it is compiled
+(``benchmarks/bench_blas.py``, three runs of 31-51).
 Where no BLAS is found, or an operand's layout is not one BLAS takes, ``matmul`` is
 ``np.matmul``.
 """
@@ -80,7 +84,8 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     else { bb += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
     if (m <= 0 || n <= 0) continue;
 #ifdef TG_TERMS
-    if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH) && !tb && m >= TG_MR && n >= TG_MIN_COLS
+    if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH || n >= TG_DEEP_MIN_COLS) && !tb
+        && m >= TG_MR && n >= TG_MIN_COLS
         && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
                         (float *)cc, ldc, terms, nterms, acc))
       continue;

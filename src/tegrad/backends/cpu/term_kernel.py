@@ -25,7 +25,11 @@ The benchmark convolution in a one-off C harness (8 images, 2 threads, medians o
 8.5-8.9 ms (203-218 GFLOP/s) against MKL's nine calls' 10.8-11.3 ms; in ``tg_gemm``,
 9.0-9.5 ms. Shallow single products (``K`` 64-256, 128 or more columns) took 0.61-0.95x
 MKL's time in a one-off script; narrower ones, and a transposed ``B`` copied to rows
-first, were no faster, so they stay BLAS calls.
+first, were no faster, so they stay BLAS calls. Deeper single products take the kernel
+only where each thread's block is ``DEEP_MIN_COLS`` wide: square 512 and 1024, plain or
+``A^T @ B``, took 0.90-1.00x MKL's time (``benchmarks/bench_blas.py``, three runs), where
+an LSTM's 50 steps' ``dG^T H`` (1024 x 256 x 1600, 256 columns a thread) took 1.12x (one
+run with the limit at 256).
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
@@ -34,12 +38,14 @@ float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by
 
 TILE_ROWS = 8  # TG_MR
 MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses
-MAX_DEPTH = 256  # a single product deeper than this is BLAS's
+MAX_DEPTH = 256  # a single product deeper than this is BLAS's unless its block is
+DEEP_MIN_COLS = 512  # at least this wide
 
 SOURCE = f"""
 #define TG_MR {TILE_ROWS}
 #define TG_MIN_COLS {MIN_COLS}
 #define TG_MAX_DEPTH {MAX_DEPTH}
+#define TG_DEEP_MIN_COLS {DEEP_MIN_COLS}
 """ + r"""
 #if defined(__AVX512F__) && DIRECT_TERMS
 #include <immintrin.h>
