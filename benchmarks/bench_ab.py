@@ -13,9 +13,14 @@ Settings (``--knob``):
   (``codegen.KernelSource._stage``); off: ``STREAM_BYTES`` out of reach. ``--traffic 0``
   lifts the kernel-traffic limit too, to try the kernels it keeps on plain stores.
 - ``rows``: a scan weight's product split by rows (``packed.SHARED_ROWS_BYTES``); off: 0.
+- ``phases``: a strided output's residue classes written through one interleaving copy
+  (``numpy_kernels.MIN_PHASES``); off: a copy per class.
+- ``widen``: row widening for outputs whose columns step by more than one (a residue
+  class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
 
     python benchmarks/bench_ab.py --knob stream --case layer_norm --row backward
     python benchmarks/bench_ab.py --knob rows --case lstm --row forward
+    python benchmarks/bench_ab.py --knob phases --case conv2d_s2 --row backward
 
 ``--quick`` (the suite's small shapes) only checks that the script runs: nothing there is
 large enough to stream.
@@ -33,7 +38,9 @@ import bench_shared
 
 # (module, attribute, value that turns the setting off)
 KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
-         "rows": ("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0)}
+         "rows": ("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0),
+         "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
+         "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1)}
 
 
 def main(argv=None) -> int:

@@ -757,6 +757,22 @@ def test_parallel_copy_matches_numpy(case):
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))
 
 
+@pytest.mark.parametrize("source", ["contiguous", "strided"])
+def test_interleaving_copy_matches_numpy(source):
+    """Two rows interleaved into one (the phases of a stride-2 output, ``tg_copy``'s pair
+    case): ``dst[.., 2i + j] = src[j, .., i]``."""
+    from tegrad.backends.cpu.copy import copy
+
+    rng = np.random.default_rng(7)
+    out = np.zeros((300, 262), "float32")
+    dst = out.reshape(300, 131, 2).transpose(2, 0, 1)  # (2, 300, 131): strides 4, 1048, 8
+    src = rng.standard_normal((2, 300, 262)).astype("float32")
+    src = src[..., :131] if source == "contiguous" else src[..., ::2]
+    copy(dst, src, threads=2)
+    np.testing.assert_array_equal(out[:, 0::2], src[0])
+    np.testing.assert_array_equal(out[:, 1::2], src[1])
+
+
 def test_an_output_listed_twice_is_one_buffer():
     X = tg.placeholder((256, 300), "float32", "X")
     Y = tg.compute(X.shape, lambda i, j: X[i, j] + 1.0, "Y")

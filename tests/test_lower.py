@@ -275,6 +275,56 @@ def test_strided_input_grad_is_split_by_residue():
     assert taps == [1, 2, 2, 4]
 
 
+@pytest.mark.parametrize("cfg, grid", [(CONVS[1], (2, 2)), (CONVS[3], (3, 3)),
+                                       (CONVS[2], None)], ids=["s2", "s3", "s2 uneven"])
+def test_strided_input_grad_writes_its_phases_with_one_copy(cfg, grid):
+    """The residue classes of a strided input gradient are the phases of its output: each
+    piece's product fills a block of one workspace, and one copy interleaves them
+    (``numpy_kernels._phase_grid``); classes of unequal sizes keep a copy each. Values:
+    ``test_conv``."""
+    from tegrad.backends.numpy_kernels import _phase_grid, _ranges, _view
+
+    _, Wt, _, Hd, kw = _conv_problem(cfg)
+    dX = bench.conv2d_input_grad(Hd, Wt, cfg[:4], **kw)
+    c = match_contraction(dX)
+    out = np.zeros(c.shape, "float32")
+    targets = [_view(out, p.out_index, _ranges(p), writeable=True)[0] for p in c.pieces]
+    found = _phase_grid(out, targets)
+    if grid is None:
+        assert found is None
+        return
+    slots, stacked, view = found
+    assert stacked.shape[:2] == grid and view.shape == stacked.shape
+    for k, slot in enumerate(slots):
+        slot[...] = k + 1
+    view[...] = stacked
+    for k, target in enumerate(targets):  # every slot landed on its piece's elements
+        assert (target == k + 1).all()
+    assert (out > 0).all()
+
+
+@pytest.mark.parametrize("case", ["2 x 2", "1 x 3", "unit stride", "not a grid"])
+def test_phase_grid_of_views(case):
+    from tegrad.backends.numpy_kernels import _phase_grid
+
+    out = np.zeros((4, 6, 9), "float32")
+    targets = {"2 x 2": [out[:, a::2, b::2][:, :3, :4] for a in (0, 1) for b in (0, 1)],
+               "1 x 3": [out[:, :, b::3] for b in (2, 0, 1)],
+               "unit stride": [out[0], out[1]],
+               "not a grid": [out[:, a::2, b::3][:, :3, :3] for a, b in
+                              ((0, 0), (0, 1), (1, 0), (1, 2))]}[case]
+    found = _phase_grid(out, targets)
+    if case in ("unit stride", "not a grid"):
+        assert found is None
+        return
+    slots, stacked, grid = found
+    for k, slot in enumerate(slots):
+        slot[...] = k + 1
+    grid[...] = stacked
+    for k, target in enumerate(targets):
+        assert (target == k + 1).all()
+
+
 def test_grouped_conv_uses_one_aligned_piece():
     X, Wt, Y, _, _ = _conv_problem(CONVS[5])
     c = match_contraction(Y)
@@ -504,6 +554,21 @@ def test_large_problem_paths(monkeypatch, knob):
             assert_matches(t, "contraction")
     for case in ("uneven residue classes", "batched matmul", "matmul dB", "three operands"):
         assert_matches(CONTRACTIONS[case](), "contraction")
+
+
+def test_row_widening_of_residue_classes(monkeypatch):
+    """A stride-2 input gradient's classes that read two taps along x write columns that
+    step by 2: they are widened too (their products loop over the taps), and the values
+    still match (``test_conv``). With ``MAX_WIDENED_STEP`` 1 none is."""
+    from tegrad.lower import contraction
+
+    _, Wt, _, Hd, kw = _conv_problem(CONVS[1])
+    dX = bench.conv2d_input_grad(Hd, Wt, CONVS[1][:4], **kw)
+    widened = [p.widen for p in match_contraction(dX).pieces if p.widen is not None]
+    assert len(widened) == 2 and all(w[1] == 5 for w in widened)  # 4 columns + 1 tap
+    assert_matches(dX, "contraction")
+    monkeypatch.setattr(contraction, "MAX_WIDENED_STEP", 1)
+    assert all(p.widen is None for p in match_contraction(dX).pieces)
 
 
 @pytest.mark.parametrize("which", ["forward", "weight grad"])

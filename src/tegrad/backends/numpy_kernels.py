@@ -4,7 +4,9 @@ general      ``evaluate_compute`` (the reference semantics)
 contraction  per piece: zero-pad each read to the index range it needs, view it with
              ``as_strided`` (one dimension per variable), contract two operands with one
              ``np.matmul`` laid out as batch x M x K @ batch x K x N (written straight into
-             the output when its layout allows), more operands with ``np.einsum``
+             the output when its layout allows), more operands with ``np.einsum``;
+             pieces that are the phases of a strided output (residue classes) write one
+             workspace that one copy interleaves into the output (``_phase_grid``)
 scatter      evaluate value and target indices over the grid (chunked), then a
              deterministic ``np.bincount`` (floats, accumulated in float64) or ``np.add.at``
 """
@@ -29,6 +31,7 @@ from .numpy_eval import Evaluator
 GRID_LIMIT = 1 << 22
 PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling thread
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
+MIN_PHASES = 2  # the fewest pieces written through one interleaving copy (_phase_grid)
 MAX_TERMS = 64  # a looped reduction's products (see _looped), each at least MIN_TERM_DEPTH deep
 
 
@@ -56,14 +59,63 @@ def run_contraction(c: Contraction, arrays: dict) -> np.ndarray:
         if not c.covers:
             out.fill(0)
     cache: dict = {}
-    for piece in c.pieces:
-        _run_piece(piece, arrays, out, not c.disjoint, cache)
+    targets = [_view(out, p.out_index, _ranges(p), writeable=True)[0] for p in c.pieces]
+    phases = _phase_grid(out, targets) if c.disjoint else None
+    if phases is not None:  # each piece's product written whole, then one interleaving copy
+        targets, stacked, grid = phases
+    for piece, target in zip(c.pieces, targets, strict=True):
+        _run_piece(piece, arrays, target, not c.disjoint, cache)
+    if phases is not None:
+        _copy(grid, stacked)
     return out if c.out_dtype == c.dtype else out.astype(c.out_dtype)
 
 
-def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache: dict) -> None:
-    ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
-    target = _view(out, p.out_index, ranges, writeable=True)[0]
+def _ranges(p: Piece) -> dict:
+    return {v: (lo, hi) for v, lo, hi in p.ranges}
+
+
+def _phase_grid(out: np.ndarray, targets: list):
+    """``(slots, stacked, grid)`` where the pieces' targets are the phases of a strided output
+    (a stride-2 convolution's input gradient: ``dX[.., 2q + a, 2r + b]``, one piece per
+    ``(a, b)``), else None. A product cannot write such a target (no dimension has unit
+    stride): it would write a temporary that one copy per piece then scatters, each copy
+    touching every line of the output. Instead each piece writes its slot, a C-order
+    block of the workspace ``stacked`` (phases first, in the order of their offsets), and
+    one copy moves that to ``grid``, the output viewed with the phases as leading dims,
+    writing each line once.
+    Needs two or more targets of one shape and strides, no unit stride, starting at
+    offsets that form a grid ``o + i s1 + j s2`` (one or two phase dims)."""
+    if len(targets) < MIN_PHASES:
+        return None
+    first = targets[0]
+    if (first.size == 0 or first.ndim == 0 or min(map(abs, first.strides)) <= out.itemsize
+            or any(t.shape != first.shape or t.strides != first.strides for t in targets)):
+        return None
+    base = out.__array_interface__["data"][0]
+    offsets = [t.__array_interface__["data"][0] - base for t in targets]
+    order = sorted(range(len(targets)), key=offsets.__getitem__)
+    start = offsets[order[0]]
+    rel = [offsets[k] - start for k in order]
+    inner = rel[1]
+    run = next((i for i, r in enumerate(rel) if r != i * inner), len(rel))
+    if inner == 0 or len(rel) % run:
+        return None
+    outer = rel[run] if run < len(rel) else 0
+    grid_shape = (len(rel) // run, run)
+    if (not out.flags.c_contiguous
+            or any(r != (i // run) * outer + (i % run) * inner for i, r in enumerate(rel))):
+        return None
+    stacked = _WORKSPACE.get("phases", (*grid_shape, *first.shape), out.dtype)
+    flat = stacked.reshape(-1, *first.shape)
+    slots = [flat[order.index(k)] for k in range(len(targets))]
+    grid = as_strided(out.reshape(-1)[start // out.itemsize:], (*grid_shape, *first.shape),
+                      (outer, inner, *first.strides), writeable=True)
+    return slots, stacked, grid
+
+
+def _run_piece(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
+               cache: dict) -> None:
+    ranges = _ranges(p)
     pitch: dict = {}
     if p.widen is not None:  # see contraction.widening
         x, width, dims = p.widen
@@ -75,7 +127,7 @@ def _run_piece(p: Piece, arrays: dict, out: np.ndarray, accumulate: bool, cache:
     for k, f in enumerate(p.factors):
         batch = (set(p.out_vars).difference(*(_variables(g) for g in p.factors if g is not f))
                  if f.phases else ())  # (only a phased factor's layout uses it)
-        op = _factor_view(f, arrays[f.tensor], ranges, out.dtype, cache, pitch.get(k), batch)
+        op = _factor_view(f, arrays[f.tensor], ranges, target.dtype, cache, pitch.get(k), batch)
         if op is None:  # reads only padding: the piece is zero
             if not accumulate:
                 _untraceable("a piece that reads only padding")

@@ -248,6 +248,7 @@ def _apply_condition(cond: Expr, ranges: dict, factors: list) -> bool:
 # phase splitting -------------------------------------------------------------------------
 
 MIN_TERM_DEPTH = 16  # the least K of each product of a looped reduction (numpy_kernels)
+MAX_WIDENED_STEP = 4  # the largest step of a widened output column (a residue class's)
 
 
 def phase_split(p: Piece) -> Piece:
@@ -366,8 +367,12 @@ def widening(p: Piece, ranges: dict):
     lays the operand out for BLAS moves long contiguous rows instead of rows of ``ext(x)``.
     The ``P - ext(x)`` extra columns read the next row: for an output ``x`` they land in
     columns that are dropped; for a reduced ``x`` a factor that reads plain ``x + k``,
-    padded with zeros to width ``P``, cancels them. Returns ``(x, P, ((factor position,
-    dim), ...))`` for the pair that wastes least, or None."""
+    padded with zeros to width ``P``, cancels them. An output column may step by up to
+    ``MAX_WIDENED_STEP`` (``dX[.., 2y + a, 2x + b]``, a residue class of a stride-2 input
+    gradient: its product, written to a temporary anyway, loops over the two shifted taps
+    instead of copying them im2col-style; 0.91x the backward's time with that off,
+    ``benchmarks/bench_ab.py --knob widen --case conv2d_s2``). Returns ``(x, P, ((factor
+    position, dim), ...))`` for the pair that wastes least, or None."""
     best = None
     for f in p.factors:
         if len(f.index) < 2:
@@ -402,7 +407,8 @@ def _widen_pair(p: Piece, ranges, x, y):
         return None  # nothing is copied im2col-style: widening would only add work
     if x in p.out_vars:
         tail = [dict(c) for c, _ in p.out_index[-2:]]
-        if len(dims) != 1 or y not in p.out_vars or tail != [{y: 1}, {x: 1}]:
+        if (len(dims) != 1 or y not in p.out_vars or [list(c) for c in tail] != [[y], [x]]
+                or not 1 <= tail[1][x] <= MAX_WIDENED_STEP or tail[0][y] < 1):
             return None
     elif not (x in p.red_vars and y in p.red_vars and pure):
         return None

@@ -61,9 +61,13 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
     }
     return;
   }
+  /* two rows interleaved (the phases of a stride-2 output): dst[2i + j] = row j[i] */
+  int pair = ndim >= 2 && size == 4 && shape[ndim - 2] == 2 && ds[ndim - 2] == 4 && dl == 8
+             && sl % 4 == 0;
+  long step = pair ? ss[ndim - 2] : 0;
   long outer = 1;
-  for (int d = 0; d < ndim - 1; d++) outer *= shape[d];
-  int k = ndim - 1;
+  int k = pair ? ndim - 2 : ndim - 1;
+  for (int d = 0; d < k; d++) outer *= shape[d];
   #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
   {
     int t = omp_get_thread_num(), threads = omp_get_num_threads();
@@ -74,7 +78,15 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
     for (long f = lo; f < hi; f++) {
       char *dp = dst + doff;
       const char *sp = src + soff;
-      if (dl == size && sl == size) memcpy(dp, sp, n * size);
+      if (pair) {
+        uint32_t *d = (uint32_t *)dp;
+        const uint32_t *s0 = (const uint32_t *)sp, *s1 = (const uint32_t *)(sp + step);
+        long sk = sl / 4;
+        if (sk == 1)
+          for (long i = 0; i < n; i++) { d[2 * i] = s0[i]; d[2 * i + 1] = s1[i]; }
+        else
+          for (long i = 0; i < n; i++) { d[2 * i] = s0[i * sk]; d[2 * i + 1] = s1[i * sk]; }
+      } else if (dl == size && sl == size) memcpy(dp, sp, n * size);
       else if (size == 4 && dl == 4 && sl == 8)  /* a stride-2 read: vectorized */
         for (long i = 0; i < n; i++) ((uint32_t *)dp)[i] = ((const uint32_t *)sp)[2 * i];
       else if (size == 4)
