@@ -735,6 +735,38 @@ def test_output_buffers_are_reused_only_when_dropped():
     assert f(a).ctypes.data == address  # dropped: its buffer serves the next run
 
 
+def test_an_unread_scan_history_returns_to_the_pool(monkeypatch):
+    """An LSTM's forward returns its hidden states; its cells' history, made by the scan
+    and read by nothing after it, goes back to the pool like any dead intermediate, so a
+    second run allocates no new buffer (each costs a page fault per 4 KiB written), and
+    the results are unchanged (the numpy target drops it too)."""
+    from tegrad.backends.cpu.buffers import MIN_BYTES, BufferPool
+
+    ph = lambda shape, name: tg.placeholder(shape, "float32", name)  # noqa: E731
+    x, h0, c0 = ph((6, 32, 8), "x"), ph((32, 128), "h0"), ph((32, 128), "c0")
+    wih, whh = ph((512, 8), "wih"), ph((512, 128), "whh")  # histories: 7 x 32 x 128
+    out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
+    rng = np.random.default_rng(2)
+    arrays = [rng.standard_normal(p.shape).astype("float32") * 0.5
+              for p in (x, h0, c0, wih, whh)]
+    f = tg.build([x, h0, c0, wih, whh], out, target="cpu")
+    first = f(*arrays).copy()
+    misses = []
+    take = BufferPool.take
+
+    def spy(self, shape, dtype):
+        if not self.free.get((shape, dtype)):
+            misses.append(shape)
+        return take(self, shape, dtype)
+
+    monkeypatch.setattr(BufferPool, "take", spy)
+    again = f(*arrays)
+    assert not [m for m in misses if np.prod(m) * 4 >= MIN_BYTES], misses
+    np.testing.assert_array_equal(again, first)
+    reference = tg.build([x, h0, c0, wih, whh], out, target="numpy")(*arrays)
+    np.testing.assert_allclose(again, reference, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast", "strided", "3d",
                                   "3d transposed", "strided transpose"])
 def test_parallel_copy_matches_numpy(case):

@@ -44,7 +44,7 @@ class BufferPool:
 
     def give(self, arrays: dict, t) -> None:
         """Drop ``arrays[t]``, keeping its buffer if nothing else holds it."""
-        arr = arrays.pop(t)  # (a checkpointed scan history is not an array)
+        arr = arrays.pop(t, None)  # (a checkpointed scan history is not an array)
         if (isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.base is None
                 and sys.getrefcount(arr) == 2):
             with self.lock:
