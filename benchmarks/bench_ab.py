@@ -17,6 +17,8 @@ Settings (``--knob``):
   (``numpy_kernels.MIN_PHASES``); off: a copy per class.
 - ``widen``: row widening for outputs whose columns step by more than one (a residue
   class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
+- ``unread``: a tensor made and read by no later kernel (an LSTM's cell history) back to
+  the pool at once (``numpy_backend.FREE_UNREAD``); off: dropped at the end of the run.
 
     python benchmarks/bench_ab.py --knob stream --case layer_norm --row backward
     python benchmarks/bench_ab.py --knob rows --case lstm --row forward
@@ -40,7 +42,8 @@ import bench_shared
 KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
          "rows": ("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0),
          "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
-         "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1)}
+         "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1),
+         "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False)}
 
 
 def main(argv=None) -> int:
@@ -59,6 +62,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", help="threads for torch, BLAS and OpenMP")
     args = parser.parse_args(argv)
     os.environ["TEGRAD_GRAPH_CACHE"] = "0"  # (a stored plan would not see the setting)
+    threads = bench_shared.set_threads(int(args.threads) if args.threads else None)[0]
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # as bench_cpu.py sets them
 
     import importlib
 

@@ -805,6 +805,25 @@ def test_interleaving_copy_matches_numpy(source):
     np.testing.assert_array_equal(out[:, 1::2], src[1])
 
 
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_splitting_copy_matches_numpy(order):
+    """One row split in two (a stride-2 input's phase planes, ``tg_copy``'s unpair case,
+    which ``CopyCall`` puts second to last): ``dst[j, .., i] = src[.., 2i + j]``, the
+    phases in either order in memory."""
+    from tegrad.backends.cpu.copy import MIN_ELEMENTS, CopyCall, copy
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((100, 3, 2 * 131 + 1)).astype("float32")
+    pairs = x[..., :262].reshape(100, 3, 131, 2).transpose(3, 0, 1, 2)  # (2, 100, 3, 131)
+    if order == "backward":  # phase j reads src[2i + 1 - j]: a source stride of -4
+        pairs = x[..., 1:263].reshape(100, 3, 131, 2)[..., ::-1].transpose(3, 0, 1, 2)
+    dst = np.zeros((2, 100, 3, 140), "float32")[..., 5:136]
+    assert dst.size >= MIN_ELEMENTS  # (the helper's, not NumPy's)
+    assert CopyCall(dst, pairs).ss[-2] in (4, -4)  # (the phases second to last)
+    copy(dst, pairs, threads=2)
+    np.testing.assert_array_equal(dst, pairs)
+
+
 def test_an_output_listed_twice_is_one_buffer():
     X = tg.placeholder((256, 300), "float32", "X")
     Y = tg.compute(X.shape, lambda i, j: X[i, j] + 1.0, "Y")

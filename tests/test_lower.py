@@ -325,6 +325,34 @@ def test_phase_grid_of_views(case):
         assert (target == k + 1).all()
 
 
+@pytest.mark.parametrize("case", ["2 x 2 phases", "uneven", "one"])
+def test_phase_plane_copies_are_joined_where_they_line_up(case):
+    """``_joined``: copies at addresses affine in a grid index, of one shape and strides,
+    become one copy with the grid's dims leading (a stride-2 input's four phase planes);
+    otherwise None, and each is copied on its own."""
+    from tegrad.backends.numpy_kernels import _joined
+
+    x = np.arange(2 * 9 * 10, dtype="float32").reshape(2, 9, 10)
+    planes = np.zeros((2, 2, 2, 5, 6), "float32")
+    rows = 4 if case != "uneven" else None
+    pairs = []
+    for a in (0, 1):
+        for b in (0, 1):
+            n = rows or 4 + a  # uneven: the planes' copies differ in shape
+            pairs.append((planes[a, b, :, 1 - a:1 - a + n, 1 - b:1 - b + 5],
+                          x[:, 1 - a::2, 1 - b::2][:, :n, :5]))
+    pairs = pairs[:1] if case == "one" else pairs
+    joined = _joined(pairs, [1] if case == "one" else [2, 2])
+    if case != "2 x 2 phases":
+        assert joined is None
+        return
+    dst, src = joined
+    assert dst.shape == src.shape == (2, 2, 2, 4, 5)
+    dst[...] = src
+    for d, s in pairs:
+        np.testing.assert_array_equal(d, s)
+
+
 def test_grouped_conv_uses_one_aligned_piece():
     X, Wt, Y, _, _ = _conv_problem(CONVS[5])
     c = match_contraction(Y)

@@ -28,6 +28,9 @@ class NumpyProgram:
         return [arrays[t] for t in self.plan.outputs]
 
 
+FREE_UNREAD = True  # False: only what a later kernel reads is dropped (benchmarks/bench_ab.py)
+
+
 def dead_after(plan: Plan) -> list[list]:
     """Per kernel, the computed tensors whose last reader it is, or that it makes and
     nothing reads (a scan's history of a state no later kernel reads: an LSTM's cells);
@@ -40,8 +43,9 @@ def dead_after(plan: Plan) -> list[list]:
         made.update(makes)
         for t in reads:
             last[t] = k
-        for t in makes:
-            last.setdefault(t, k)
+        if FREE_UNREAD:
+            for t in makes:
+                last.setdefault(t, k)
     keep = set(plan.outputs)
     dead: list[list] = [[] for _ in plan.kernels]
     for t, k in last.items():

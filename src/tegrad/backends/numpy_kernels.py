@@ -227,30 +227,64 @@ def _clipped(spans, box, dims, steps: dict):
     return src, dst
 
 
-def _fill(buf: np.ndarray, dst: list, src: np.ndarray) -> None:
-    """``buf[dst] = src``, the rest of ``buf`` (its borders around ``dst``) zero."""
+def _fill(buf: np.ndarray, dst: list, src: np.ndarray | None) -> None:
+    """``buf[dst] = src``, the rest of ``buf`` (its borders around ``dst``) zero; with
+    ``src`` None the borders alone."""
     for m, (d, n) in enumerate(zip(dst, buf.shape, strict=True)):
         head = (slice(None),) * m
         if d.start:
             buf[(*head, slice(0, d.start))] = 0
         if d.stop < n:
             buf[(*head, slice(d.stop, n))] = 0
-    _copy(buf[tuple(dst)], src)
+    if src is not None:
+        _copy(buf[tuple(dst)], src)
 
 
 def _fill_phases(buf, phases, array, spans, box) -> None:
     """Fill a phased factor's buffer (``contraction.phase_split``): one zero-padded plane
     per value of its phase indices (the leading dims), plane ``a`` of dim ``(m, S, o)``
-    holding the elements ``S*q + a + o``."""
+    holding the elements ``S*q + a + o``. The planes' copies are one copy where they
+    line up (``_joined``): the copy helper then reads each source row once, not once per
+    phase along it."""
     count = len(phases)
+    sizes = [hi - lo + 1 for lo, hi in spans[:count]]
+    pairs = []
     for values in itertools.product(*(range(lo, hi + 1) for lo, hi in spans[:count])):
         plane = buf[tuple(v - blo for v, (blo, _) in zip(values, box, strict=False))]
         steps = {m: (step, a + o) for (m, step, o), a in zip(phases, values, strict=True)}
         src, dst = _clipped(spans[count:], box[count:], array.shape, steps)
         if src is None:
             plane[...] = 0
+            pairs.append(None)
         else:
-            _fill(plane, dst, array[tuple(src)])
+            _fill(plane, dst, None)
+            pairs.append((plane[tuple(dst)], array[tuple(src)]))
+    joined = _joined(pairs, sizes)
+    for dst_view, src_view in [joined] if joined is not None else filter(None, pairs):
+        _copy(dst_view, src_view)
+
+
+def _joined(pairs: list, sizes: list[int]):
+    """``(dst, src)``: the copies ``pairs`` (one per point of a grid of ``sizes``, in
+    row-major order) as one copy with the grid's dims leading, or None where they are not
+    all views of one shape and strides at addresses affine in the grid index."""
+    if len(pairs) < 2 or None in pairs:
+        return None
+    views = []
+    for side in (0, 1):
+        first = pairs[0][side]
+        if any(p[side].shape != first.shape or p[side].strides != first.strides
+               for p in pairs):
+            return None
+        address = [p[side].__array_interface__["data"][0] for p in pairs]
+        steps = [address[math.prod(sizes[g + 1:])] - address[0] if sizes[g] > 1 else 0
+                 for g in range(len(sizes))]
+        for index, at in zip(itertools.product(*map(range, sizes)), address, strict=True):
+            if at != address[0] + sum(i * d for i, d in zip(index, steps, strict=True)):
+                return None
+        views.append(as_strided(first, (*sizes, *first.shape), (*steps, *first.strides),
+                                writeable=side == 0))
+    return views[0], views[1]
 
 
 def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, zero=None):

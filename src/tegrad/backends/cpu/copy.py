@@ -36,7 +36,15 @@ static inline void offsets(long f, int k, const long *shape, const long *ds, con
 void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long *ds,
              const long *ss, long size, int nthreads) {
   long n = shape[ndim - 1], dl = ds[ndim - 1], sl = ss[ndim - 1];
-  if (ndim >= 2 && dl == size && ss[ndim - 2] == size && sl != size &&
+  /* two rows interleaved (the phases of a stride-2 output): dst[2i + j] = row j[i];
+     or split (a stride-2 input's phases, CopyCall puts them second to last): row j[i] =
+     src[2i +- j] */
+  int pair = ndim >= 2 && size == 4 && shape[ndim - 2] == 2 && ds[ndim - 2] == 4 && dl == 8
+             && sl % 4 == 0;
+  int unpair = !pair && ndim >= 2 && size == 4 && shape[ndim - 2] == 2
+               && (ss[ndim - 2] == 4 || ss[ndim - 2] == -4) && sl == 8 && dl == 4;
+  long step = pair ? ss[ndim - 2] : unpair ? ds[ndim - 2] : 0;
+  if (!unpair && ndim >= 2 && dl == size && ss[ndim - 2] == size && sl != size &&
       (size == 4 || size == 8)) {  /* a transpose: in tiles, both sides' lines in cache */
     long outer = 1;
     for (int d = 0; d < ndim - 2; d++) outer *= shape[d];
@@ -61,12 +69,8 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
     }
     return;
   }
-  /* two rows interleaved (the phases of a stride-2 output): dst[2i + j] = row j[i] */
-  int pair = ndim >= 2 && size == 4 && shape[ndim - 2] == 2 && ds[ndim - 2] == 4 && dl == 8
-             && sl % 4 == 0;
-  long step = pair ? ss[ndim - 2] : 0;
   long outer = 1;
-  int k = pair ? ndim - 2 : ndim - 1;
+  int k = pair || unpair ? ndim - 2 : ndim - 1;
   for (int d = 0; d < k; d++) outer *= shape[d];
   #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
   {
@@ -86,6 +90,13 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
           for (long i = 0; i < n; i++) { d[2 * i] = s0[i]; d[2 * i + 1] = s1[i]; }
         else
           for (long i = 0; i < n; i++) { d[2 * i] = s0[i * sk]; d[2 * i + 1] = s1[i * sk]; }
+      } else if (unpair) {
+        uint32_t *d0 = (uint32_t *)dp, *d1 = (uint32_t *)(dp + step);
+        const uint32_t *s0 = (const uint32_t *)sp;
+        if (ss[ndim - 2] > 0)
+          for (long i = 0; i < n; i++) { d0[i] = s0[2 * i]; d1[i] = s0[2 * i + 1]; }
+        else
+          for (long i = 0; i < n; i++) { d0[i] = s0[2 * i]; d1[i] = s0[2 * i - 1]; }
       } else if (dl == size && sl == size) memcpy(dp, sp, n * size);
       else if (size == 4 && dl == 4 && sl == 8)  /* a stride-2 read: vectorized */
         for (long i = 0; i < n; i++) ((uint32_t *)dp)[i] = ((const uint32_t *)sp)[2 * i];
@@ -131,7 +142,14 @@ class CopyCall:
     def __init__(self, dst: np.ndarray, src: np.ndarray):
         dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]  # <= MAX_DIMS
         # outer dims in the destination's memory order: its writes then move forward
-        dims = sorted(dims[:-1], key=lambda k: -abs(dst.strides[k])) + dims[-1:]
+        last = dims[-1]
+        dims = sorted(dims[:-1], key=lambda k: -abs(dst.strides[k]))
+        # but a stride-2 read's two phases (src[2i], src[2i +- 1]) second to last, so that
+        # the helper splits each source row once
+        pair = [k for k in dims if dst.shape[k] == 2 and abs(src.strides[k]) == dst.itemsize]
+        if pair and dst.itemsize == 4 and dst.strides[last] == 4 and src.strides[last] == 8:
+            dims = [k for k in dims if k != pair[0]] + pair[:1]
+        dims.append(last)
         self.ndim = len(dims)
         self.shape = np.array([dst.shape[k] for k in dims], np.int64)
         self.ds = np.array([dst.strides[k] for k in dims], np.int64)
