@@ -23,9 +23,9 @@ same ops on small shapes. Rows per case, each one program per side:
 Protocol: every program's results are checked once against torch's (max abs difference
 over max abs value, float32 tolerance) before any timing; a disagreement is printed and
 makes the exit status 1. Then per row the three sides take turns after one warm-up each:
-with one thread one run per turn, with more threads two blocks of runs (BLAS and OpenMP
-worker threads spin after a call; a pause, 0.3 s, and an untimed call precede each
-block); each time is the median of ``--runs``. GFLOP/s: the case's analytic flops (see
+with one thread one run per turn, with more threads blocks of at most three runs (BLAS
+and OpenMP worker threads spin after a call; a pause, 0.3 s, and an untimed call precede
+each block); each time is the median of ``--runs``. GFLOP/s: the case's analytic flops (see
 ``bench_cpu_cases``) over tegrad's time, and as a percentage of the machine's sgemm rate
 (the median of NumPy float32 2048x2048 matmuls in this process, same threads).
 

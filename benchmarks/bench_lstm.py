@@ -16,8 +16,8 @@ init`` those of h0 and c0 only. Each time is the median of ``--repeat`` runs aft
 warm-up; the callables take turns, one run each, with a short pause at each switch (BLAS
 and OpenMP worker threads spin after a call; ``--pause``, default 0.2 s): every timed call
 is a first call after idling. ``--blocks`` times calls in a loop instead, with
-``bench_cpu.py``'s protocol: per side two blocks of runs, each after a pause and an
-untimed call. ``tg.gradient`` and ``tg.build`` are timed once. ``--target`` picks
+``bench_cpu.py``'s protocol: per side blocks of at most three runs, each after a pause
+and an untimed call. ``tg.gradient`` and ``tg.build`` are timed once. ``--target`` picks
 tegrad's backend (default: ``tg.build``'s).
 
 Checkpointing, ``--checkpoint K`` (default ``ceil(sqrt(L))``; 0 leaves it out): tegrad
@@ -283,7 +283,8 @@ def main(argv=None) -> int:
     parser.add_argument("--pause", type=float, default=0.2,
                         help="seconds of pause before each timed call (default 0.2)")
     parser.add_argument("--blocks", action="store_true",
-                        help="bench_cpu.py's protocol: per side two blocks of runs, each "
+                        help="bench_cpu.py's protocol: per side blocks of at most three "
+                             "runs, each "
                              "after a pause and an untimed call (calls in a loop, as in "
                              "training), instead of one timed call per turn")
     parser.add_argument("--threads", type=int,

@@ -121,17 +121,23 @@ def _own_cpu() -> float:
     return t.user + t.system
 
 
+BLOCK_RUNS = 3  # timed runs per block, with more than one thread (time_alternating)
+
+
 def time_alternating(fns, runs: int, threads: int, pause: float) -> list[float]:
     """Median ms of each callable (None: skipped), after one warm-up each. One thread:
-    ``runs`` rounds of one run per callable, a pause before each. More threads: two
-    blocks of runs per callable, a pause and an untimed call before each block. The
-    pause matters: after a call, OpenBLAS's idle workers spin for about 0.1-0.2 s, and
-    a torch (OpenMP) call that starts meanwhile loses a time slice (measured here: a
-    0.03 ms matmul takes 8 ms); 0.3 s is enough."""
+    ``runs`` rounds of one run per callable, a pause before each. More threads: blocks of
+    at most ``BLOCK_RUNS`` runs per callable, in turns, a pause and an untimed call before
+    each block. The pause matters: after a call, OpenBLAS's idle workers spin for about
+    0.1-0.2 s, and a torch (OpenMP) call that starts meanwhile loses a time slice
+    (measured here: a 0.03 ms matmul takes 8 ms); 0.3 s is enough. The blocks are short
+    because the shared machine slows down in bursts: a burst as long as a block moves at
+    most a third of one side's runs, not half of them (with two blocks of five, single
+    rows moved by 20-100 % from one suite run to the next)."""
     live = [fn for fn in fns if fn is not None]
     for fn in live:
         fn()
-    rounds = runs if threads == 1 else min(2, runs)
+    rounds = runs if threads == 1 else min(runs, max(2, -(-runs // BLOCK_RUNS)))
     per_block = -(-runs // rounds)
     times: dict[int, list[float]] = {id(fn): [] for fn in live}
     for _ in range(rounds):

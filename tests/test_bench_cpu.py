@@ -126,3 +126,20 @@ def test_setting_comparison_runs(knob, case):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"bench_ab.py failed:\n{done.stdout}\n{done.stderr}"
     assert f"{case} backward, {knob} on / off" in done.stdout and "on / torch" in done.stdout
+
+
+@pytest.mark.parametrize("threads, runs, blocks", [(1, 5, 5), (2, 9, 3), (2, 2, 2), (2, 10, 4)])
+def test_sides_take_turns_in_short_blocks(threads, runs, blocks):
+    """``time_alternating``: every side gets ``runs`` timed calls or a few more, in turns,
+    in blocks of at most ``BLOCK_RUNS`` with more than one thread (each after an untimed
+    call), so that a burst of load on the machine lands on no one side's whole half."""
+    shared = _load("bench_shared")
+    calls: list[str] = []
+    fns = [lambda: calls.append("a"), None, lambda: calls.append("b")]
+    got = shared.time_alternating(fns, runs, threads, pause=0)
+    assert got[1] is None and got[0] >= 0 and got[2] >= 0
+    per_block = -(-runs // blocks)
+    untimed = 1 if threads > 1 else 0
+    block = ["a"] * (per_block + untimed) + ["b"] * (per_block + untimed)
+    assert calls == ["a", "b"] + block * blocks
+    assert threads == 1 or per_block <= shared.BLOCK_RUNS
