@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from tegrad.backends.cpu import gemm  # noqa: E402
+from tegrad.backends.cpu import gemm, packed  # noqa: E402
 
 SHAPES = ((32, 1024, 256, ""), (32, 1024, 128, ""), (1600, 1024, 128, "B^T"),
           (1600, 128, 1024, ""), (1024, 256, 1600, "A^T"), (512, 512, 512, ""),
@@ -81,8 +81,7 @@ def main(argv=None) -> int:
                     times[name].append(time.perf_counter() - t0)
             med = {name: statistics.median(t) for name, t in times.items()}
             flops = 2.0 * m * n * k
-            kernel = libraries["mkl+kernel"].direct and _takes_kernel(calls["mkl"][0],
-                                                                       args.threads)
+            kernel = packed.takes_term_kernel(calls["mkl+kernel"][0], args.threads)
             cells.append((f"{m} x {n} x {k} {transposed}".strip(),
                           *(f"{1e6 * med[x]:.0f} ({flops / med[x] / 1e9:.0f})" for x in med),
                           f"{med['mkl'] / med['openblas']:.2f}",
@@ -94,19 +93,6 @@ def main(argv=None) -> int:
         f"median of {args.runs}",
         ("shape", "mkl", "openblas", "mkl+kernel", "mkl/openblas", "kernel/mkl"), cells)
     return 0
-
-
-def _takes_kernel(call: gemm.GemmCall, threads: int) -> bool:
-    """Whether ``tg_gemm`` gives every thread's block of this one-term float32 call to
-    ``term_kernel``'s kernel (its conditions, for a call of one batch)."""
-    from tegrad.backends.cpu import term_kernel
-
-    chunks = max(1, min(threads, call.M if call.by_rows else call.N))
-    rows = call.M // chunks if call.by_rows else call.M
-    cols = call.N if call.by_rows else call.N // chunks
-    deep_ok = call.K <= term_kernel.MAX_DEPTH or cols >= term_kernel.DEEP_MIN_COLS
-    return (not call.dbl and not call.tb and deep_ok and rows >= term_kernel.TILE_ROWS
-            and cols >= term_kernel.MIN_COLS)
 
 
 if __name__ == "__main__":

@@ -293,14 +293,21 @@ def test_strided_input_grad_writes_its_phases_with_one_copy(cfg, grid):
     if grid is None:
         assert found is None
         return
-    slots, stacked, view = found
+    _, stacked, view = found
     assert stacked.shape[:2] == grid and view.shape == stacked.shape
+    _assert_slots_land(found, targets)
+    assert (out > 0).all()
+
+
+def _assert_slots_land(found, targets):
+    """Each slot of ``_phase_grid``'s workspace, once copied to its grid, is exactly its
+    target's elements."""
+    slots, stacked, grid = found
     for k, slot in enumerate(slots):
         slot[...] = k + 1
-    view[...] = stacked
-    for k, target in enumerate(targets):  # every slot landed on its piece's elements
+    grid[...] = stacked
+    for k, target in enumerate(targets):
         assert (target == k + 1).all()
-    assert (out > 0).all()
 
 
 @pytest.mark.parametrize("case", ["2 x 2", "1 x 3", "unit stride", "not a grid"])
@@ -317,12 +324,7 @@ def test_phase_grid_of_views(case):
     if case in ("unit stride", "not a grid"):
         assert found is None
         return
-    slots, stacked, grid = found
-    for k, slot in enumerate(slots):
-        slot[...] = k + 1
-    grid[...] = stacked
-    for k, target in enumerate(targets):
-        assert (target == k + 1).all()
+    _assert_slots_land(found, targets)
 
 
 @pytest.mark.parametrize("case", ["2 x 2 phases", "uneven", "one"])

@@ -88,28 +88,19 @@ def _phase_grid(out: np.ndarray, targets: list):
     if len(targets) < MIN_PHASES:
         return None
     first = targets[0]
-    if (first.size == 0 or first.ndim == 0 or min(map(abs, first.strides)) <= out.itemsize
-            or any(t.shape != first.shape or t.strides != first.strides for t in targets)):
+    if first.size == 0 or first.ndim == 0 or min(map(abs, first.strides)) <= out.itemsize:
         return None
-    base = out.__array_interface__["data"][0]
-    offsets = [t.__array_interface__["data"][0] - base for t in targets]
-    order = sorted(range(len(targets)), key=offsets.__getitem__)
-    start = offsets[order[0]]
-    rel = [offsets[k] - start for k in order]
-    inner = rel[1]
-    run = next((i for i, r in enumerate(rel) if r != i * inner), len(rel))
-    if inner == 0 or len(rel) % run:
+    order = sorted(range(len(targets)), key=lambda k: _address(targets[k]))
+    rel = [_address(targets[k]) - _address(targets[order[0]]) for k in order]
+    run = next((i for i, r in enumerate(rel) if r != i * rel[1]), len(rel))  # inner phases
+    if rel[1] == 0 or len(rel) % run:
         return None
-    outer = rel[run] if run < len(rel) else 0
-    grid_shape = (len(rel) // run, run)
-    if (not out.flags.c_contiguous
-            or any(r != (i // run) * outer + (i % run) * inner for i, r in enumerate(rel))):
+    grid = _grid_view([targets[k] for k in order], [len(rel) // run, run], writeable=True)
+    if grid is None:
         return None
-    stacked = _WORKSPACE.get("phases", (*grid_shape, *first.shape), out.dtype)
+    stacked = _WORKSPACE.get("phases", grid.shape, out.dtype)
     flat = stacked.reshape(-1, *first.shape)
     slots = [flat[order.index(k)] for k in range(len(targets))]
-    grid = as_strided(out.reshape(-1)[start // out.itemsize:], (*grid_shape, *first.shape),
-                      (outer, inner, *first.strides), writeable=True)
     return slots, stacked, grid
 
 
@@ -266,25 +257,33 @@ def _fill_phases(buf, phases, array, spans, box) -> None:
 
 def _joined(pairs: list, sizes: list[int]):
     """``(dst, src)``: the copies ``pairs`` (one per point of a grid of ``sizes``, in
-    row-major order) as one copy with the grid's dims leading, or None where they are not
-    all views of one shape and strides at addresses affine in the grid index."""
+    row-major order) as one copy with the grid's dims leading (``_grid_view``), or None."""
     if len(pairs) < 2 or None in pairs:
         return None
-    views = []
-    for side in (0, 1):
-        first = pairs[0][side]
-        if any(p[side].shape != first.shape or p[side].strides != first.strides
-               for p in pairs):
+    dst = _grid_view([d for d, _ in pairs], sizes, writeable=True)
+    src = _grid_view([s for _, s in pairs], sizes)
+    return None if dst is None or src is None else (dst, src)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _grid_view(views: list, sizes: list[int], writeable: bool = False):
+    """``views`` (one per point of a grid of ``sizes``, in row-major order) as one view
+    with the grid's dims leading, or None where they are not all of one shape and strides
+    at addresses affine in the grid index."""
+    first = views[0]
+    if any(v.shape != first.shape or v.strides != first.strides for v in views):
+        return None
+    address = [_address(v) for v in views]
+    steps = [address[math.prod(sizes[g + 1:])] - address[0] if sizes[g] > 1 else 0
+             for g in range(len(sizes))]
+    for index, at in zip(itertools.product(*map(range, sizes)), address, strict=True):
+        if at != address[0] + sum(i * d for i, d in zip(index, steps, strict=True)):
             return None
-        address = [p[side].__array_interface__["data"][0] for p in pairs]
-        steps = [address[math.prod(sizes[g + 1:])] - address[0] if sizes[g] > 1 else 0
-                 for g in range(len(sizes))]
-        for index, at in zip(itertools.product(*map(range, sizes)), address, strict=True):
-            if at != address[0] + sum(i * d for i, d in zip(index, steps, strict=True)):
-                return None
-        views.append(as_strided(first, (*sizes, *first.shape), (*steps, *first.strides),
-                                writeable=side == 0))
-    return views[0], views[1]
+    return as_strided(first, (*sizes, *first.shape), (*steps, *first.strides),
+                      writeable=writeable)
 
 
 def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, zero=None):

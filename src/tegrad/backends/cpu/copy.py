@@ -146,9 +146,9 @@ class CopyCall:
         dims = sorted(dims[:-1], key=lambda k: -abs(dst.strides[k]))
         # but a stride-2 read's two phases (src[2i], src[2i +- 1]) second to last, so that
         # the helper splits each source row once
-        pair = [k for k in dims if dst.shape[k] == 2 and abs(src.strides[k]) == dst.itemsize]
-        if pair and dst.itemsize == 4 and dst.strides[last] == 4 and src.strides[last] == 8:
-            dims = [k for k in dims if k != pair[0]] + pair[:1]
+        phases = [k for k in dims if dst.shape[k] == 2 and abs(src.strides[k]) == dst.itemsize]
+        if phases and dst.itemsize == 4 and dst.strides[last] == 4 and src.strides[last] == 8:
+            dims = [k for k in dims if k != phases[0]] + phases[:1]
         dims.append(last)
         self.ndim = len(dims)
         self.shape = np.array([dst.shape[k] for k in dims], np.int64)

@@ -186,6 +186,17 @@ def _split(call: GemmCall, threads: int) -> tuple[int, int]:
     return call.by_rows, max(1, min(threads, call.M if call.by_rows else call.N))
 
 
+def takes_term_kernel(call: GemmCall, threads: int) -> bool:
+    """Whether ``tg_gemm`` gives every thread's block of the one-batch, one-term call
+    ``call`` to ``term_kernel``'s kernel: its conditions, from the same constants."""
+    chunks = _split(call, threads)[1]
+    rows = call.M // chunks if call.by_rows else call.M
+    cols = call.N if call.by_rows else call.N // chunks
+    return bool(call.blas.direct and not call.dbl and not call.tb
+                and (call.K <= term_kernel.MAX_DEPTH or cols >= term_kernel.DEEP_MIN_COLS)
+                and rows >= term_kernel.TILE_ROWS and cols >= term_kernel.MIN_COLS)
+
+
 def fixed_operand_product(call: GemmCall, which: int, threads: int):
     """``call`` with its operand ``which`` fixed over a scan's run, made once per run into
     the layout its product reads fastest (``RowsGemm``, else ``PackedGemm``), or None
@@ -209,10 +220,7 @@ class RowsGemm:
         small = call.K * call.N * 4 <= SHARED_ROWS_BYTES
         splits = [1, call.by_rows] if small else [call.by_rows]
         for by_rows in splits:
-            chunks = _split(call._replace(by_rows=by_rows), threads)[1]
-            rows = call.M // chunks if by_rows else call.M
-            cols = call.N if by_rows else call.N // chunks
-            if rows >= term_kernel.TILE_ROWS and cols >= term_kernel.MIN_COLS:
+            if takes_term_kernel(call._replace(by_rows=by_rows, tb=0), threads):
                 return cls(call._replace(by_rows=by_rows))
         return None
 
