@@ -55,6 +55,7 @@ int tg_direct_terms = 1;
 #else
 int tg_direct_terms = 0;
 #endif
+long tg_term_blocks = 0;  /* blocks given to the kernel so far: tests read it */
 typedef BLASINT bi;
 typedef void (*sgemm_t)(int, int, int, bi, bi, bi, float, const float *, bi,
                         const float *, bi, float, float *, bi);
@@ -87,8 +88,11 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH || n >= TG_DEEP_MIN_COLS) && !tb
         && m >= TG_MR && n >= TG_MIN_COLS
         && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
-                        (float *)cc, ldc, terms, nterms, acc))
+                        (float *)cc, ldc, terms, nterms, acc)) {
+      #pragma omp atomic
+      tg_term_blocks++;
       continue;
+    }
 #endif
     for (long t = 0; t < nterms; t++) {  /* term t: operands moved by terms[2t], terms[2t+1] */
       const char *at = a + terms[2 * t] * size, *bt = bb + terms[2 * t + 1] * size;
@@ -176,6 +180,11 @@ class Blas:
     def direct(self) -> bool:
         """Whether ``helper`` has ``term_kernel``'s kernel (wanted, and AVX-512 here)."""
         return bool(ctypes.c_int.in_dll(self._library, "tg_direct_terms").value)
+
+    @property
+    def term_blocks(self) -> int:
+        """How many thread blocks ``helper`` has given to the kernel in this process."""
+        return ctypes.c_long.in_dll(self._library, "tg_term_blocks").value
 
     @cached_property
     def helper(self):
