@@ -432,6 +432,32 @@ def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
         np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
 
 
+def test_an_lstm_step_that_keeps_its_gates_writes_them_in_its_one_kernel():
+    """With a backward, the forward step keeps its activated gates and cell activation
+    (``lower/saved_steps.py``): ``h_new`` takes ``c_new`` into its loops together with the
+    gates that ``c_new`` had taken, so the step is a product and one loop nest, not one
+    per gate (``grouping._absorb`` asks a kernel again after each kernel it takes)."""
+    ps = [tg.placeholder(s, "float64", n) for s, n in
+          (((3, 2, 4), "x"), ((2, 8), "h0"), ((2, 8), "c0"), ((32, 4), "w_ih"),
+           ((32, 8), "w_hh"), ((32,), "b_ih"), ((32,), "b_hh"))]
+    out = tg.nn.lstm(*ps)[0]
+    head = tg.placeholder(out.shape, "float64", "head")
+    outputs = [out, *tg.gradient(out, ps, head=head)]
+    f = tg.build([*ps, head], outputs, target="cpu")
+    forward = next(s for s in f.program.steps if isinstance(s, type(f.program)))
+    general = [k for k in forward.plan.kernels if k.kind == "general"]
+    assert len(general) == 1, forward.plan.describe()
+    (step,) = general
+    assert step.tensor.name.endswith(".h_new.step")
+    assert sorted(t.name.split(".", 1)[1] for t, _ in step.detail.also) == sorted(
+        f"{v}.step" for v in ("c_new", "c_act", "gatei", "gatef", "gateg", "gateo"))
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(p.shape) for p in [*ps, head]]
+    reference = tg.build([*ps, head], outputs, target="numpy")
+    for got, w in zip(f(*arrays), reference(*arrays), strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
 def test_bad_gather_index_raises():
     E = tg.placeholder((5, 3), "float64", "E")
     idx = tg.placeholder((4,), "int64", "idx")

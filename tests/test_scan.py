@@ -272,12 +272,13 @@ def test_state_read_only_through_a_piecewise_constant_function():
 @pytest.mark.parametrize("target", ["numpy", "cpu"])
 @pytest.mark.parametrize("checkpoint", [None, 2])
 def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatch):
-    """The forward scan keeps its per-step products ``h W_hh^T`` for the backward
-    (``lower/saved_steps.py``) instead of the backward recomputing them as one product over
-    all steps, and the adjoint scan keeps its per-step pre-activation gradients for the
-    input and weight gradients (rows in reversed order) instead of those recomputing them
-    after it; no kernel is left that only the recomputations read. The gradients are
-    those of the recomputation."""
+    """The forward scan keeps its activated gates and cell activation for the backward
+    (``lower/saved_steps.py``; their derivatives read them: ``autodiff/reverse.py``'s
+    ``reuse_forward``) instead of the backward recomputing them, with the pre-activations
+    they come from, over all steps; and the adjoint scan keeps its per-step pre-activation
+    gradients for the input and weight gradients (rows in reversed order) instead of those
+    recomputing them after it; no kernel is left that only the recomputations read. The
+    gradients are those of the recomputation."""
     import tegrad.lower.saved_steps as saved_steps
     from tegrad.backends.cpu import compiler
 
@@ -293,15 +294,18 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
     f = tg.build([*placeholders, head], outputs, target=target)
     kernels = f.program.plan.kernels
     kept = [[v.name for v in k.detail.saved] for k in kernels if k.kind == "scan"]
-    assert len(kept) == 2 and len(kept[0]) == len(kept[1]) == 1, kept
-    assert kept[0][0].endswith(".h_proj.step.fwd"), kept
+    assert len(kept) == 2 and len(kept[1]) == 1, kept
+    forward_kept = {name.split(".", 1)[1] for name in kept[0]}
+    assert forward_kept == {f"{v}.step.fwd" for v in
+                            ("gatei", "gatef", "gateg", "gateo", "c_act")}, kept
     assert kept[1][0].endswith(".pre.step.lift"), kept
     made = {k.tensor.name for k in kernels}
-    assert not made & {kept[0][0], kept[1][0]}
-    assert not any(name.endswith((".gatei.step.lift", ".c_new.step.lift")) for name in made)
+    assert not made & {*kept[0], kept[1][0]}
+    assert not any(name.endswith((".gatei.step.lift", ".c_new.step.lift", ".pre.step.fwd",
+                                  ".h_proj.step.fwd")) for name in made)
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
-    monkeypatch.setattr(saved_steps, "keep_step_values", lambda kernels: kernels)
+    monkeypatch.setattr(saved_steps, "keep_step_values", lambda kernels, outputs: kernels)
     recomputed = tg.build([*placeholders, head], outputs, target=target)
     assert not any(k.detail.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
     for got, want in zip(f(*arrays), recomputed(*arrays), strict=True):

@@ -143,7 +143,7 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
-    kernels = _live(keep_step_values(kernels), outputs)
+    kernels = _live(keep_step_values(kernels, outputs), outputs)
     return mark_checkpoints(Plan(kernels, list(outputs)))
 
 

@@ -108,17 +108,18 @@ def lstm(x, h0, c0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None,
     # product, the input projection and both biases read, so it is made once
     pre = compute((steps + 1, batch, 4 * hidden), lambda t, n, j: px(t, n, j) + ph[t, n, j]
                   + _hidden_bias(bias_hh, j), name=f"{name}.pre")
-    # and one compute per gate (i, f, g, o) reading its columns: their derivatives are
-    # then separate elementwise tensors, not one tensor of four guarded column blocks
-    gates = [compute(c.shape, lambda t, n, j, k=k: pre[t, n, k * hidden + j],
+    # and one compute per activated gate (i, f, g, o) reading its columns: their
+    # derivatives are separate elementwise tensors, not one tensor of four guarded column
+    # blocks, and each activation's derivative reads the gate itself (s (1 - s),
+    # 1 - tanh^2: ``reuse_forward``), which a forward run can keep for the backward
+    acts = (sigmoid, sigmoid, tanh, sigmoid)
+    gates = [compute(c.shape, lambda t, n, j, k=k: acts[k](pre[t, n, k * hidden + j]),
                      name=f"{name}.gate{'ifgo'[k]}") for k in range(4)]
-
-    def gate(t, n, j, k):  # pre-activation of gate k (0 i, 1 f, 2 g, 3 o)
-        return gates[k][t, n, j]
-
-    c_new = compute(c.shape, lambda t, n, j: sigmoid(gate(t, n, j, 1)) * c[t - 1, n, j]
-                    + sigmoid(gate(t, n, j, 0)) * tanh(gate(t, n, j, 2)), name=f"{name}.c_new")
-    h_new = compute(h.shape, lambda t, n, j: sigmoid(gate(t, n, j, 3)) * tanh(c_new[t, n, j]),
+    i, f, g, o = (lambda t, n, j, k=k: gates[k][t, n, j] for k in range(4))
+    c_new = compute(c.shape, lambda t, n, j: f(t, n, j) * c[t - 1, n, j]
+                    + i(t, n, j) * g(t, n, j), name=f"{name}.c_new")
+    cell_act = compute(c.shape, lambda t, n, j: tanh(c_new[t, n, j]), name=f"{name}.c_act")
+    h_new = compute(h.shape, lambda t, n, j: o(t, n, j) * cell_act[t, n, j],
                     name=f"{name}.h_new")
     hs, cs = scan([_with_h0(h0, f"{name}.h0"), _with_h0(c0, f"{name}.c0")], [h_new, c_new],
                   [h, c], name=name, checkpoint=checkpoint)
