@@ -19,6 +19,9 @@ Settings (``--knob``):
   class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
 - ``unread``: a tensor made and read by no later kernel (an LSTM's cell history) back to
   the pool at once (``numpy_backend.FREE_UNREAD``); off: dropped at the end of the run.
+- ``keep``: a scan's elementwise step values that a backward reads (an LSTM's activated
+  gates) kept by its forward run (``saved_steps.KEEP_STEP_KERNELS``); off: recomputed by
+  the backward over all steps.
 
     python benchmarks/bench_ab.py --knob stream --case layer_norm --row backward
     python benchmarks/bench_ab.py --knob rows --case lstm --row forward
@@ -43,7 +46,8 @@ KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
          "rows": ("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0),
          "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
          "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1),
-         "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False)}
+         "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False),
+         "keep": ("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)}
 
 
 def main(argv=None) -> int:

@@ -305,11 +305,18 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
                                   ".h_proj.step.fwd")) for name in made)
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
+    monkeypatch.setattr(saved_steps, "KEEP_STEP_KERNELS", False)  # products alone
+    products = tg.build([*placeholders, head], outputs, target=target)
+    kept = [[v.name for v in k.detail.saved] for k in products.program.plan.kernels
+            if k.kind == "scan"]
+    assert [[name.split(".", 1)[1] for name in names] for names in kept] == [
+        ["h_proj.step.fwd"], [kept[1][0].split(".", 1)[1]]], kept
     monkeypatch.setattr(saved_steps, "keep_step_values", lambda kernels, outputs: kernels)
     recomputed = tg.build([*placeholders, head], outputs, target=target)
     assert not any(k.detail.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
-    for got, want in zip(f(*arrays), recomputed(*arrays), strict=True):
+    for got, mid, want in zip(f(*arrays), products(*arrays), recomputed(*arrays), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(mid, want, rtol=1e-12, atol=1e-13)
 
 
 def test_lstm_gradient_makes_each_value_once():

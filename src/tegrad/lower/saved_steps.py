@@ -27,6 +27,10 @@ from __future__ import annotations
 from ..ir.scan import STEP_VALUES
 from .plan import reads_and_makes
 
+# whether a step compute that is an elementwise kernel of the step plan may be kept (False:
+# only products and their operands, which the step writes anyway; ``bench_ab.py --knob keep``)
+KEEP_STEP_KERNELS = True
+
 
 def keep_step_values(kernels: list, outputs: list) -> list:
     """``kernels`` with the recomputations of step values that a scan of the plan can keep
@@ -60,7 +64,8 @@ def _keepable(scan, x, values, flip, chosen: dict) -> bool:
     op = scan.op
     materialized = set()
     for k in scan.plan.kernels:
-        materialized.add(k.tensor)
+        if KEEP_STEP_KERNELS or k.kind == "contraction":
+            materialized.add(k.tensor)
         if k.kind == "contraction":
             materialized.update(f.tensor for p in k.detail.pieces for f in p.factors)
     if flip is None:  # rows k.. of the run
