@@ -255,11 +255,23 @@ _WEIGHT_LAYOUTS = {(16, 32): ("RowsGemm", 1), (8, 64): ("RowsGemm", 0),
                    (8, 32): ("PackedGemm", None)}
 
 
+@pytest.fixture(params=["kernel", "blas"])
+def term_kernel_choice(request, monkeypatch):
+    """The process's BLAS made again with ``term_kernel``'s kernel wanted or not
+    (``TEGRAD_TERM_KERNEL``), whatever this processor's default; restored after."""
+    from tegrad.backends.cpu import gemm
+
+    monkeypatch.setenv("TEGRAD_TERM_KERNEL", "1" if request.param == "kernel" else "0")
+    gemm._blas.cache_clear()
+    yield request.param
+    gemm._blas.cache_clear()  # (the variable is restored before the next call)
+
+
 @pytest.mark.parametrize("batch,hidden", list(_WEIGHT_LAYOUTS))
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mode", ["forward", "gradient"])
 def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, batch, hidden,
-                                                         monkeypatch):
+                                                         monkeypatch, term_kernel_choice):
     """An LSTM step's ``h W^T`` (and the adjoint's ``dpre W``) lay ``W`` out at the first
     step of each run (``packed.py``): in rows for ``term_kernel``'s kernel where it takes
     the product (float32, AVX-512, each thread's block 8 rows and 128 columns or more),
@@ -293,6 +305,7 @@ def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, batch, hid
     kinds = [type(p).__name__ if p is not None else None for p in made]
     assert len(made) == (2 if mode == "gradient" else 1)
     kind, by_rows = _WEIGHT_LAYOUTS[batch, hidden]
+    assert gemm._blas().direct_terms == (term_kernel_choice == "kernel")
     if dtype == "float32" and gemm._blas().direct and program.num_threads() == 2:
         if kind == "RowsGemm":  # h W^T, W stored transposed
             assert kinds[0] == kind and made[0].call.by_rows == by_rows, kinds

@@ -126,8 +126,10 @@ class Blas:
     """The BLAS that products call: ``sgemm``/``dgemm`` addresses, its integer width, and
     ``helper`` (``tg_gemm`` compiled for it). ``mkl=False`` looks only at NumPy's."""
 
-    def __init__(self, mkl: bool = True, direct_terms: bool = True):
-        self.direct_terms = direct_terms  # shallow and looped float32 products: term_kernel
+    def __init__(self, mkl: bool = True, direct_terms: bool | None = None):
+        # shallow and looped float32 products on term_kernel's kernel (None: where it is
+        # faster than the BLAS, term_kernel.wanted_here)
+        self.direct_terms = term_kernel.wanted_here() if direct_terms is None else direct_terms
         self.found = False
         self.name = "none"
         if mkl and self._find_mkl():

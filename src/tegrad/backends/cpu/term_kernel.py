@@ -34,7 +34,34 @@ run with the limit at 256).
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
 (``gemm.Blas.direct_terms``: tests compare both ways).
+
+**Where it is used** (``wanted_here``). All the figures above are from an AMD EPYC, where
+MKL does not run its AVX-512 code. On an Intel Xeon (2 cores, AVX-512, 2 MiB L2 each)
+MKL was faster on every shape: the kernel took 1.17-3.0x MKL's time in
+``bench_blas.py`` (1024 x 1024 x 1024: 2.73x; its ``B`` rows 4 KiB apart crowd a few of
+L2's sets), and the suite without it had matmul1024's forward at 11.9 ms against 22.2,
+conv2d_s1's forward 8.9 against 12.0 (one run each). So by default the kernel is used on
+processors other than Intel's; ``TEGRAD_TERM_KERNEL=1`` or ``0`` decides instead.
 """
+
+import os
+
+
+def wanted_here() -> bool:
+    """Whether products take the kernel by default on this machine (see the header):
+    ``TEGRAD_TERM_KERNEL`` if set (``1``/``0``), else True unless the processor is
+    Intel's."""
+    chosen = os.environ.get("TEGRAD_TERM_KERNEL", "").strip()
+    if chosen in ("0", "1"):
+        return chosen == "1"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return "GenuineIntel" not in line
+    except OSError:
+        pass
+    return True
 
 TILE_ROWS = 8  # TG_MR
 MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses
