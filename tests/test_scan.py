@@ -319,6 +319,38 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
         np.testing.assert_allclose(mid, want, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_gru_backward_reads_the_gates_its_forward_kept(target, monkeypatch):
+    """A GRU's activated gates are computes (``nn/recurrent.py``), so their derivatives
+    read them and the forward scan keeps them, with ``h W_hh^T`` (the candidate's gradient
+    reads its ``h`` part): no kernel after the forward recomputes a gate. The gradients are
+    those of the program that keeps the products alone."""
+    import tegrad.lower.saved_steps as saved_steps
+    from tegrad.backends.cpu import compiler
+
+    if target == "cpu" and compiler.compiler() is None:
+        pytest.skip("no C compiler")
+    x, h0 = ph((5, 3, 4), "x"), ph((3, 6), "h0")
+    wih, whh, bih, bhh = ph((18, 4), "wih"), ph((18, 6), "whh"), ph((18,), "bih"), ph(
+        (18,), "bhh")
+    placeholders = [x, h0, wih, whh, bih, bhh]
+    out = tg.nn.gru(*placeholders)
+    head = ph(out.shape, "dout")
+    outputs = [out, *tg.gradient(out, placeholders, head=head)]
+    f = tg.build([*placeholders, head], outputs, target=target)
+    forward = next(k for k in f.program.plan.kernels if k.kind == "scan")
+    assert {v.name.split(".", 1)[1] for v in forward.detail.saved} == {
+        "h_proj.step.fwd", "gater.step.fwd", "gatez.step.fwd", "gaten.step.fwd"}
+    assert not any(".gate" in k.tensor.name and k.tensor.name.endswith(".fwd")
+                   for k in f.program.plan.kernels)
+    monkeypatch.setattr(saved_steps, "KEEP_STEP_KERNELS", False)
+    products = tg.build([*placeholders, head], outputs, target=target)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
+    for got, want in zip(f(*arrays), products(*arrays), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
+
+
 def test_lstm_gradient_makes_each_value_once():
     """The LSTM's pre-activations are one compute, so their gradient (the four gate
     gradients side by side) is one tensor over the steps. Both bias gradients are the same

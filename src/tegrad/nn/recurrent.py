@@ -144,15 +144,24 @@ def gru(x, h0, weight_ih, weight_hh, bias_ih=None, bias_hh=None, name=None, *,
         col = k * hidden + j
         return px(t, n, col), ph[t, n, col] + _hidden_bias(bias_hh, col)
 
-    def update_fn(t, n, j):
-        xr, hr = pre(t, n, j, 0)
-        xz, hz = pre(t, n, j, 1)
-        xn, hn = pre(t, n, j, 2)
-        r, z = sigmoid(xr + hr), sigmoid(xz + hz)
-        cand = tanh(xn + r * hn)
-        return (1.0 - z) * cand + z * h[t - 1, n, j]
+    # the activated gates as computes, as in ``lstm``: their derivatives read them, and a
+    # forward run keeps them for the backward
+    def gate(k):
+        def activated(t, n, j):
+            from_x, from_h = pre(t, n, j, k)
+            return sigmoid(from_x + from_h)
 
-    update = compute(h.shape, update_fn, name=f"{name}.update")
+        return compute(h.shape, activated, name=f"{name}.gate{'rz'[k]}")
+
+    r, z = gate(0), gate(1)
+
+    def candidate(t, n, j):
+        xn, hn = pre(t, n, j, 2)
+        return tanh(xn + r[t, n, j] * hn)
+
+    cand = compute(h.shape, candidate, name=f"{name}.gaten")
+    update = compute(h.shape, lambda t, n, j: (1.0 - z[t, n, j]) * cand[t, n, j]
+                     + z[t, n, j] * h[t - 1, n, j], name=f"{name}.update")
     history = scan(_with_h0(h0, f"{name}.h0"), update, h, name=name, checkpoint=checkpoint)
     return _steps(history, f"{name}.output")
 
