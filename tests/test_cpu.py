@@ -682,6 +682,22 @@ def test_term_kernel_runs_where_it_can(case):
     np.testing.assert_allclose(*results, rtol=1e-5, atol=1e-5 * np.abs(results[1]).max())
 
 
+def test_term_kernel_default_follows_the_processor_and_the_variable(monkeypatch):
+    """``TEGRAD_TERM_KERNEL`` decides where set; else the kernel is wanted off Intel's
+    processors (where MKL ran every product shape faster) and on others."""
+    from tegrad.backends.cpu import term_kernel
+    from tegrad.backends.cpu.gemm import Blas
+
+    for value, wanted in (("1", True), ("0", False)):
+        monkeypatch.setenv("TEGRAD_TERM_KERNEL", value)
+        assert term_kernel.wanted_here() is wanted
+        assert Blas(mkl=False).direct_terms is wanted
+    monkeypatch.delenv("TEGRAD_TERM_KERNEL")
+    with open("/proc/cpuinfo") as f:
+        vendor = next((line for line in f if line.startswith("vendor_id")), "")
+    assert term_kernel.wanted_here() is ("GenuineIntel" not in vendor)
+
+
 def test_numpy_blas_is_found():
     """NumPy's wheels bundle OpenBLAS; the compiled target calls it from its own threads
     (if this fails, products fall back to np.matmul and its competing thread pool)."""
