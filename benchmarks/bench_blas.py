@@ -1,9 +1,9 @@
 """The BLAS libraries the compiled target can call for its products (``gemm.py``), and
 ``term_kernel``'s own kernel where ``tg_gemm`` takes it: Intel's MKL (``pip install
-tegrad[mkl]``), NumPy's OpenBLAS, and MKL with the kernel (the default except on Intel's processors:
-``term_kernel.wanted_here``), all through the
-same ``tg_gemm`` helper (single-threaded calls, split over OpenMP threads), on the product
-shapes the CPU benchmark meets, alternating in one process, medians.
+tegrad[mkl]``), NumPy's OpenBLAS, and MKL with the kernel (the default except on Intel's
+processors: ``term_kernel.wanted_here``), all through the same ``tg_gemm`` helper
+(single-threaded calls, split over OpenMP threads), on the product shapes the CPU
+benchmark meets, alternating in one process, medians.
 
     .venv/bin/python benchmarks/bench_blas.py [--threads 2] [--runs 51]
 

@@ -150,10 +150,18 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
 def _live(kernels: list[Kernel], outputs) -> list[Kernel]:
     """The kernels that some output needs: a value a scan keeps leaves the kernels that
     only its recomputation read (an LSTM's gate gradients after the adjoint) unread."""
+    return needs(kernels, outputs)[1]
+
+
+def needs(kernels: list[Kernel], outputs, always=lambda kernel: False
+          ) -> tuple[set, list[Kernel]]:
+    """``(tensors needed, kernels needed)``: walking back from ``outputs``, a kernel is
+    needed when it makes a needed tensor (or ``always(kernel)``), and then what it reads
+    is needed too."""
     needed, live = set(outputs), []
     for k in reversed(kernels):
         reads, makes = reads_and_makes(k)
-        if any(t in needed for t in makes):
+        if always(k) or any(t in needed for t in makes):
             needed.update(reads)
             live.append(k)
-    return live[::-1]
+    return needed, live[::-1]

@@ -25,7 +25,7 @@ adjoint's values only those the gradients read.
 from __future__ import annotations
 
 from ..ir.scan import STEP_VALUES
-from .plan import reads_and_makes
+from .plan import needs
 
 # whether a step compute that is an elementwise kernel of the step plan may be kept (False:
 # only products and their operands, which the step writes anyway; ``bench_ab.py --knob keep``)
@@ -49,11 +49,8 @@ def keep_step_values(kernels: list, outputs: list) -> list:
             chosen[k.tensor] = (scan, found[1], found[2])
             continue
         kept.append(k)
-    needed = set(outputs)
-    for k in reversed(kept):  # a scan's reads do not depend on what it keeps
-        reads, makes = reads_and_makes(k)
-        if k.kind == "scan" or any(t in needed for t in makes):
-            needed.update(reads)
+    # a scan's reads do not depend on what it keeps: each counts
+    needed = needs(kept, outputs, always=lambda k: k.kind == "scan")[0]
     for values, (scan, x, flip) in chosen.items():
         if values in needed:
             scan.save(x, values, flip)

@@ -108,15 +108,7 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     for e in (x for body in bodies for x in walk(body)):
         if isinstance(e, Read) and e.tensor in made and tuple(e.indices) != lead:
             return None
-    source = _body(a)
-    sources = [(a.tensor, source)] + [(t, make_compute(t.shape, source.axes, body, t.name))
-                                       for t, body in _also(a)]
-
-    def inlined(body):
-        for t, compute in sources:
-            body = inline(body, t, compute)
-        return body
-
+    inlined = _inliner(a)
     detail = _fused(b)
     compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
     fused = replace(detail, body_of=compute,
@@ -193,7 +185,7 @@ def _absorb(kernels: list, k: int):
     bodies_b = [body_b.body, *(body for _, body in _also(b))]
     for j in range(k - 1, -1, -1):
         a = kernels[j]
-        made = {a.tensor, *(t for t, _ in _also(a))}
+        made = _made(a)  # (no column sums yet: its tensor and what it also writes)
         if any(made & _reads(kernels[m]) for m in range(j + 1, k)):
             continue  # read in between: it must exist before kernel k runs
         if not _plain(a) or a.tensor.shape != b.tensor.shape:
@@ -206,19 +198,28 @@ def _absorb(kernels: list, k: int):
         source = _body(a)
         renaming = dict(zip(source.axes, body_b.axes, strict=True))
         taken = [(a.tensor, source.body), *_also(a)]
-        sources = [(t, make_compute(t.shape, source.axes, body, t.name)) for t, body in taken]
-
-        def inlined(body, sources=sources):
-            for t, compute in sources:
-                body = inline(body, t, compute)
-            return body
-
+        inlined = _inliner(a)
         detail = _fused(b)
         compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
         also = (*((t, inlined(body)) for t, body in detail.also),
                 *((t, substitute(body, renaming)) for t, body in taken))
         return j, Kernel(b.tensor, "general", replace(detail, body_of=compute, also=also))
     return None
+
+
+def _inliner(a: Kernel):
+    """``body -> body`` with every read of what kernel ``a`` makes (its tensor and what it
+    also writes) replaced by that tensor's body."""
+    source = _body(a)
+    sources = [(a.tensor, source)] + [(t, make_compute(t.shape, source.axes, body, t.name))
+                                       for t, body in _also(a)]
+
+    def inlined(body):
+        for t, compute in sources:
+            body = inline(body, t, compute)
+        return body
+
+    return inlined
 
 
 def _fused(kernel: Kernel) -> Fused:
