@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run tour report-readme test bench bench-cpu bench-check bench-lstm bench-networks fuzz clean
+.PHONY: setup run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,10 @@ bench: setup
 # the compiled target against torch and jax.jit (writes reports/bench_cpu.json)
 bench-cpu: setup
 	$(BIN)/python benchmarks/bench_cpu.py --markdown
+
+# five runs of it, each a new process, summarized against the targets (reports/bench_cpu_runs)
+bench-cpu-runs: setup
+	$(BIN)/python benchmarks/bench_repeat.py --repeat 5
 
 bench-check: setup
 	$(BIN)/python benchmarks/bench_gradcheck.py --markdown

@@ -143,3 +143,65 @@ def test_sides_take_turns_in_short_blocks(threads, runs, blocks):
     block = ["a"] * (per_block + untimed) + ["b"] * (per_block + untimed)
     assert calls == ["a", "b"] + block * blocks
     assert threads == 1 or per_block <= shared.BLOCK_RUNS
+
+
+def _run_result(ratios: dict, *, cold=(100.0, 900.0), warm_generation=(3.0, 20.0)) -> dict:
+    """A ``bench_cpu.py`` result with these tegrad/torch ratios (``{(case, row): ratio}``)
+    and first calls for matmul512 and the LSTM, summarized as the suite does."""
+    bench = _load("bench_cpu")
+    rows = [{"case": case, "row": row, "tegrad_over_torch": r}
+            for (case, row), r in ratios.items()]
+    first = [{"case": case, "cold": {"total_ms": c},
+              "warm": {"graph_ms": g / 2, "build_ms": g / 2, "total_ms": g + 10}}
+             for case, c, g in zip(("matmul512", "lstm"), cold, warm_generation, strict=True)]
+    return {"rows": rows, "first_call": first, "summary": bench.summarize(rows, first),
+            "sgemm_gflops": 250.0, "errors": [], "checks": [{"ok": True}]}
+
+
+def test_repeated_runs_are_counted_against_each_target():
+    """``bench_repeat.summarize_runs``: each row's range over the runs, and per target the
+    runs that met it (a run with a row above 1.5 misses that one target only)."""
+    repeat = _load("bench_repeat")
+    base = {("softmax", "backward"): 0.8, ("layer_norm", "backward"): 0.7,
+            ("conv2d_s1", "forward"): 1.2}
+    runs = [_run_result(base), _run_result({**base, ("conv2d_s1", "forward"): 1.6}),
+            _run_result({**base, ("softmax", "backward"): 1.1}, cold=(100.0, 2500.0))]
+    summary = repeat.summarize_runs(runs)
+    met = {name: (t["met"], t["runs"]) for name, t in summary["targets"].items()}
+    assert met == {"median": (2, 3), "largest": (2, 3), "softmax": (2, 3),
+                   "layer_norm": (3, 3), "cold": (2, 3), "warm": (3, 3)}
+    conv = summary["rows"]["conv2d_s1 forward"]
+    assert (conv["min"], conv["median"], conv["max"]) == (1.2, 1.2, 1.6)
+    assert summary["first_call_ms"]["ops"]["cold_total"] == [100.0, 100.0]
+    assert summary["first_call_ms"]["lstm"]["cold_total"] == [900.0, 2500.0]
+    assert summary["first_call_ms"]["lstm"]["warm_generation"] == [20.0, 20.0]
+
+
+def test_repeated_runs_write_each_run_and_the_summary(tmp_path, smoke):
+    """``bench_repeat.py`` runs the suite in new processes and writes each run's JSON and
+    ``summary.json``; ``--summarize`` reads runs already made; a run that fails makes the
+    exit status 1."""
+    script = str(_BENCH_DIR / "bench_repeat.py")
+    cmd = [sys.executable, script, "--repeat", "1", "--out", str(tmp_path), "--", "--quick",
+           "--target", "numpy", "--cases", "softmax", "--no-compile", "--no-jax"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_repeat.py failed:\n{done.stdout}\n{done.stderr}"
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["runs"] == 1 and (tmp_path / "run_1.json").exists()
+    assert json.loads((tmp_path / "run_1.json").read_text())["runs"] == 9  # its default
+    assert set(summary["rows"]) == {"softmax forward", "softmax backward",
+                                    "softmax forward+backward"}
+    assert "tegrad/torch per row in each of 1 runs" in done.stdout
+    first = tmp_path / "run_1.json"
+    second = tmp_path / "again" / "run_2.json"
+    second.parent.mkdir()
+    second.write_text(json.dumps(smoke[0]))
+    done = subprocess.run([sys.executable, script, "--summarize", str(first), str(second),
+                           "--out", str(second.parent)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((second.parent / "summary.json").read_text())["runs"] == 2
+    bad = [sys.executable, script, "--repeat", "1", "--out", str(tmp_path / "bad"), "--",
+           "--quick", "--cases", "nosuch"]
+    done = subprocess.run(bad, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 1 and "no run wrote its results" in done.stderr
