@@ -11,6 +11,7 @@ holds the same.
 
     .venv/bin/python benchmarks/bench_repeat.py --repeat 5 [-- bench_cpu.py arguments]
     .venv/bin/python benchmarks/bench_repeat.py --summarize reports/bench_cpu_runs/run_*.json
+        --table   # and the last run as the README's table, a line per case
 
 The runs are written to ``--out`` (``reports/bench_cpu_runs``) as ``run_<i>.json``; the
 arguments after ``--`` go to every run (``--runs 9`` unless they give ``--runs``). The
@@ -119,6 +120,24 @@ def report(summary: dict, markdown: bool = False) -> None:
                   f"{_span(f['warm_total'])} ms")
 
 
+def case_table(run: dict) -> str:
+    """One run as a Markdown table with a line per case (the README's): each row's
+    tegrad and torch milliseconds and their ratio, and forward+backward's ratio to JAX."""
+    by_case: dict = {}
+    for r in run["rows"]:
+        by_case.setdefault(r["case"], {})[r["row"]] = r
+    lines = ["| case | forward: ms (tegrad / torch) | backward | forward+backward "
+             "| vs jax.jit (fwd+bwd) |", "| --- | --- | --- | --- | --- |"]
+    for case, rows in by_case.items():
+        cells = [f"{r['tegrad_ms']:.2f} vs {r['torch_ms']:.2f} "
+                 f"(**{r['tegrad_over_torch']:.2f}x**)" if r else "-"
+                 for r in (rows.get(k) for k in ("forward", "backward", "forward+backward"))]
+        jax = (rows.get("forward+backward") or {}).get("tegrad_over_jax")
+        lines.append(f"| {case} | {' | '.join(cells)} | "
+                     f"{'-' if jax is None else f'{jax:.2f}x'} |")
+    return "\n".join(lines)
+
+
 def _yes(v) -> str:
     return {True: "yes", False: "NO", None: "-"}[v]
 
@@ -142,6 +161,8 @@ def main(argv=None) -> int:
     parser.add_argument("--summarize", type=Path, nargs="+", metavar="JSON",
                         help="summarize these runs' JSON files instead of running")
     parser.add_argument("--markdown", action="store_true", help="print GitHub tables")
+    parser.add_argument("--table", action="store_true",
+                        help="also print the last run as a table with a line per case")
     args = parser.parse_args(own)
     failed = 0
     if args.summarize:
@@ -167,6 +188,10 @@ def main(argv=None) -> int:
     summary = summarize_runs([json.loads(p.read_text()) for p in paths])
     summary["files"] = [str(p) for p in paths]
     report(summary, args.markdown)
+    if args.table:
+        last = json.loads(paths[-1].read_text())
+        print(f"\n{paths[-1]}, sgemm {last['sgemm_gflops']:.0f} GFLOP/s:\n")
+        print(case_table(last))
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(f"wrote {out / 'summary.json'}")

@@ -179,8 +179,8 @@ def test_repeated_runs_are_counted_against_each_target():
 
 def test_repeated_runs_write_each_run_and_the_summary(tmp_path, smoke):
     """``bench_repeat.py`` runs the suite in new processes and writes each run's JSON and
-    ``summary.json``; ``--summarize`` reads runs already made; a run that fails makes the
-    exit status 1."""
+    ``summary.json``; ``--summarize`` reads runs already made (``--table``: the last as a
+    line per case); a run that fails makes the exit status 1."""
     script = str(_BENCH_DIR / "bench_repeat.py")
     cmd = [sys.executable, script, "--repeat", "1", "--out", str(tmp_path), "--", "--quick",
            "--target", "numpy", "--cases", "softmax", "--no-compile", "--no-jax"]
@@ -197,9 +197,11 @@ def test_repeated_runs_write_each_run_and_the_summary(tmp_path, smoke):
     second.parent.mkdir()
     second.write_text(json.dumps(smoke[0]))
     done = subprocess.run([sys.executable, script, "--summarize", str(first), str(second),
-                           "--out", str(second.parent)],
+                           "--out", str(second.parent), "--table"],
                           capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
+    row = next(r for r in smoke[0]["rows"] if r["case"] == "softmax" and r["row"] == "forward")
+    assert f"| softmax | {row['tegrad_ms']:.2f} vs {row['torch_ms']:.2f} (**" in done.stdout
     assert json.loads((second.parent / "summary.json").read_text())["runs"] == 2
     bad = [sys.executable, script, "--repeat", "1", "--out", str(tmp_path / "bad"), "--",
            "--quick", "--cases", "nosuch"]
