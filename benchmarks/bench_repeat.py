@@ -54,10 +54,11 @@ TARGETS = (
 
 def summarize_runs(runs: list[dict]) -> dict:
     """The summary of ``bench_cpu.py`` results ``runs`` (each a whole run's JSON)."""
-    rows: dict = {}
-    for run in runs:
+    rows: dict = {}  # a row's ratio in each run, None where the run lacks it
+    for i, run in enumerate(runs):
         for r in run["rows"]:
-            rows.setdefault(f"{r['case']} {r['row']}", []).append(r["tegrad_over_torch"])
+            rows.setdefault(f"{r['case']} {r['row']}", [None] * len(runs))[i] = \
+                r["tegrad_over_torch"]
     targets = {}
     for name, text, met in TARGETS:
         verdicts = [met(run["summary"]) for run in runs if run["summary"]]
@@ -71,8 +72,9 @@ def summarize_runs(runs: list[dict]) -> dict:
         "per_run": [{**run["summary"], "errors": len(run["errors"]),
                      "disagreements": sum(not c["ok"] for c in run["checks"])}
                     for run in runs],
-        "rows": {k: {"ratios": v, "min": min(v), "median": statistics.median(v),
-                     "max": max(v)} for k, v in rows.items()},
+        "rows": {k: {"ratios": v, "min": min(got), "median": statistics.median(got),
+                     "max": max(got)}
+                 for k, v in rows.items() for got in [[x for x in v if x is not None]]},
         "targets": targets,
         "first_call_ms": first,
     }
@@ -93,15 +95,16 @@ def _first_call_ranges(runs, keep) -> dict:
 
 def report(summary: dict, markdown: bool = False) -> None:
     n = summary["runs"]
-    cells = [(row, *(f"{x:.2f}" for x in s["ratios"]), f"{s['min']:.2f}-{s['max']:.2f}",
+    cells = [(row, *map(_ratio, s["ratios"]), f"{s['min']:.2f}-{s['max']:.2f}",
               f"{s['median']:.2f}") for row, s in summary["rows"].items()]
     bench_shared.print_table(f"tegrad/torch per row in each of {n} runs",
                              ("row", *(f"run {i + 1}" for i in range(n)), "range", "median"),
                              cells, markdown)
-    cells = [(f"run {i + 1}", f"{g:.0f}", f"{s['median_tegrad_over_torch']:.2f}",
-              f"{s['max_tegrad_over_torch']:.2f} ({s['max_row']})",
-              _yes(s["softmax_backward_beats_torch"]), _yes(s["layer_norm_backward_beats_torch"]),
-              _ms(s["max_cold_first_call_ms"]), _ms(s["max_warm_generation_ms"]),
+    cells = [(f"run {i + 1}", f"{g:.0f}", *(
+        (f"{s['median_tegrad_over_torch']:.2f}", f"{s['max_tegrad_over_torch']:.2f} "
+         f"({s['max_row']})", _yes(s["softmax_backward_beats_torch"]),
+         _yes(s["layer_norm_backward_beats_torch"]), _ms(s["max_cold_first_call_ms"]),
+         _ms(s["max_warm_generation_ms"])) if "max_row" in s else ["-"] * 6),
               str(s["errors"] + s["disagreements"]))
              for i, (s, g) in enumerate(zip(summary["per_run"], summary["sgemm_gflops"],
                                             strict=True))]
@@ -136,6 +139,10 @@ def case_table(run: dict) -> str:
         lines.append(f"| {case} | {' | '.join(cells)} | "
                      f"{'-' if jax is None else f'{jax:.2f}x'} |")
     return "\n".join(lines)
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 def _yes(v) -> str:

@@ -166,12 +166,17 @@ def test_repeated_runs_are_counted_against_each_target():
             ("conv2d_s1", "forward"): 1.2}
     runs = [_run_result(base), _run_result({**base, ("conv2d_s1", "forward"): 1.6}),
             _run_result({**base, ("softmax", "backward"): 1.1}, cold=(100.0, 2500.0))]
-    summary = repeat.summarize_runs(runs)
+    failed = {"rows": [], "first_call": [], "summary": {}, "sgemm_gflops": 250.0,
+              "errors": ["conv2d_s1: boom"], "checks": []}
+    summary = repeat.summarize_runs([*runs, failed])
+    assert summary["runs"] == 4 and summary["per_run"][3]["errors"] == 1
     met = {name: (t["met"], t["runs"]) for name, t in summary["targets"].items()}
     assert met == {"median": (2, 3), "largest": (2, 3), "softmax": (2, 3),
                    "layer_norm": (3, 3), "cold": (2, 3), "warm": (3, 3)}
     conv = summary["rows"]["conv2d_s1 forward"]
     assert (conv["min"], conv["median"], conv["max"]) == (1.2, 1.2, 1.6)
+    assert conv["ratios"] == [1.2, 1.6, 1.2, None]  # the failed run had no rows
+    repeat.report(summary)  # prints a failed run's line too
     assert summary["first_call_ms"]["ops"]["cold_total"] == [100.0, 100.0]
     assert summary["first_call_ms"]["lstm"]["cold_total"] == [900.0, 2500.0]
     assert summary["first_call_ms"]["lstm"]["warm_generation"] == [20.0, 20.0]
