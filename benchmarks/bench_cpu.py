@@ -232,10 +232,6 @@ def _ms(v) -> str:
     return "-" if v is None else f"{v:.2f}" if v < 100 else f"{v:.0f}"
 
 
-def _ratio(v) -> str:
-    return "-" if v is None else f"{v:.2f}"
-
-
 def summarize(rows, first_calls) -> dict:
     ratios = [r["tegrad_over_torch"] for r in rows]
     worst = max(rows, key=lambda r: r["tegrad_over_torch"])
@@ -284,7 +280,8 @@ def report(result, markdown: bool) -> None:
                                  if result["other_load_cores"] > 0.25 else ""))
     print()
     cells = [(r["case"], r["row"], _ms(r["tegrad_ms"]), _ms(r["torch_ms"]), _ms(r["jax_ms"]),
-              _ratio(r["tegrad_over_torch"]), _ratio(r["tegrad_over_jax"]),
+              bench_shared.ratio_text(r["tegrad_over_torch"]),
+              bench_shared.ratio_text(r["tegrad_over_jax"]),
               f"{r['tegrad_gflops']:.1f}", f"{100 * r['tegrad_gflops'] / sg:.1f}")
              for r in result["rows"]]
     bench_shared.print_table(

@@ -95,8 +95,9 @@ def _first_call_ranges(runs, keep) -> dict:
 
 def report(summary: dict, markdown: bool = False) -> None:
     n = summary["runs"]
-    cells = [(row, *map(_ratio, s["ratios"]), f"{s['min']:.2f}-{s['max']:.2f}",
-              f"{s['median']:.2f}") for row, s in summary["rows"].items()]
+    cells = [(row, *map(bench_shared.ratio_text, s["ratios"]),
+              f"{s['min']:.2f}-{s['max']:.2f}", f"{s['median']:.2f}")
+             for row, s in summary["rows"].items()]
     bench_shared.print_table(f"tegrad/torch per row in each of {n} runs",
                              ("row", *(f"run {i + 1}" for i in range(n)), "range", "median"),
                              cells, markdown)
@@ -139,10 +140,6 @@ def case_table(run: dict) -> str:
         lines.append(f"| {case} | {' | '.join(cells)} | "
                      f"{'-' if jax is None else f'{jax:.2f}x'} |")
     return "\n".join(lines)
-
-
-def _ratio(v) -> str:
-    return "-" if v is None else f"{v:.2f}"
 
 
 def _yes(v) -> str:

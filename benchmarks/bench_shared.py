@@ -1,6 +1,6 @@
 """What the benchmark scripts share: ``--threads N`` (BLAS reads its thread count when it
 loads, so the environment is set from the command line before numpy and torch are
-imported) and printing a table (Markdown, rich, or plain text).
+imported), printing a table (Markdown, rich, or plain text) and a ratio's cell.
 
     import bench_shared
     bench_shared.apply(sys.argv[1:])   # first, before ``import numpy``
@@ -29,6 +29,11 @@ def apply(argv) -> str | None:
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ[var] = threads
     return threads
+
+
+def ratio_text(v) -> str:
+    """A ratio as a table cell: two decimals, ``-`` where there is none."""
+    return "-" if v is None else f"{v:.2f}"
 
 
 def print_table(title: str, headers, cells, markdown: bool = False) -> None:
