@@ -212,3 +212,15 @@ def test_repeated_runs_write_each_run_and_the_summary(tmp_path, smoke):
            "--quick", "--cases", "nosuch"]
     done = subprocess.run(bad, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 1 and "no run wrote its results" in done.stderr
+
+
+def test_weight_gradient_layouts_agree_with_torch_and_are_timed():
+    """``bench_conv_wgrad.py`` (the layouts the README's conv2d entry compares) checks every
+    layout's weight gradient against torch's before timing (a smoke run, small shapes)."""
+    pytest.importorskip("torch")
+    cmd = [sys.executable, str(_BENCH_DIR / "bench_conv_wgrad.py"), "--quick", "--runs", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_conv_wgrad.py failed:\n{done.stdout}\n{done.stderr}"
+    assert "disagrees" not in done.stdout
+    for layout in ("im2col", "shifted^T", "folded^T", "torch"):
+        assert layout in done.stdout
