@@ -6,17 +6,18 @@ against torch's weight gradient alone, alternating in one process, medians.
 Every variant starts from the unpadded ``X`` and ``dY`` and makes its own copies, with the
 copy helper and ``tg_gemm`` (``copy.py``, ``gemm.py``) on 2 threads:
 
-- ``im2col`` (what the lowering does now): pad ``X``, widen ``dY``'s rows to the padded
-  width, then per image an im2col copy (``C*9`` rows) and one ``K x C*9`` product added up
-  over the images.
+- ``im2col`` (what the lowering did before its overlap copy): pad ``X``, widen ``dY``'s
+  rows to the padded width, then per image an im2col copy (``C*9`` rows) and one ``K x
+  C*9`` product added up over the images.
 - ``shifted``: pad ``X``, then three copies of it shifted by ``s`` (not nine); the kernel
   row ``r`` is an offset into them, so each ``r`` is one product over ``(c, s)`` with the
   images as its terms; ``dY`` is read as it is. ``shifted^T`` computes the transposed
-  product (``C*3 x K``).
+  product (``C*3 x K``): what the lowering does now (``numpy_kernels._overlap_layout``,
+  the three products one batched call).
 - ``folded``: the shifted copies and ``dY`` laid out with the images inside each row, so
   that each ``r`` is one product ``K`` deep over all images (``folded^T``: transposed).
 
-The README's conv2d entry cites this script's figures (the alternatives were not taken).
+The README's conv2d entry cites this script's figures.
 
     .venv/bin/python benchmarks/bench_conv_wgrad.py [--runs 21] [--quick]
 """

@@ -609,7 +609,8 @@ def _shifted_terms(rng, dtype, rows, depth, cols, shifts, a_transposed=False, ba
 
 
 TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch); each thread of two
-    # gets half the columns of one matrix, or whole matrices of a batch
+    # gets half the columns of one matrix, whole matrices of an even batch, or half of
+    # each matrix of an odd one
     "nine taps": (20, 16, 403, [0, 1, 2, 30, 31, 32, 60, 61, 62], False, ()),
     "negative shifts": (64, 8, 300, [0, -1, -2, -30, -31], False, ()),
     "a transposed": (9, 24, 290, [3, 0, 7], True, ()),

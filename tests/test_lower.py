@@ -601,22 +601,41 @@ def test_row_widening_of_residue_classes(monkeypatch):
     assert all(p.widen is None for p in match_contraction(dX).pieces)
 
 
-@pytest.mark.parametrize("which", ["forward", "weight grad"])
-def test_row_widening_is_exercised(which):
-    """Stride-1 windows widen x to the padded row (output x: dropped columns; reduced x:
-    cancelled by the zero-padded head). The conv tests above check the values."""
+def test_row_widening_is_exercised():
+    """A stride-1 forward widens x to the padded row (the extra columns dropped); its weight
+    gradient, which sums over x, does not (``_overlap_layout`` copies its input). The conv
+    tests above check the values."""
     X, Wt, Y, Hd, kw = _conv_problem(CONVS[0])
-    t = Y if which == "forward" else bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)
-    p = match_contraction(t).pieces[0]
-    wide = p.widen
-    assert wide is not None and wide[0].name == "x" and wide[1] == 8
-    assert (wide[0] in p.out_vars) == (which == "forward")
+    piece = match_contraction(Y).pieces[0]
+    assert piece.widen is not None and piece.widen[0].name == "x" and piece.widen[1] == 8
+    assert piece.widen[0] in piece.out_vars
+    dW = bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw)
+    assert match_contraction(dW).pieces[0].widen is None
 
 
-def test_widening_keeps_zeros_beyond_a_wider_tensor():
-    """The zero-padded factor that cancels the widened columns is wider than the columns
-    the sum reads (H has 9, x runs over 6): its extra columns must not be copied."""
-    X, Hd = ph((2, 3, 7, 6), "X"), ph((2, 4, 7, 9), "H")
+def _copied_shapes(monkeypatch):
+    """The shapes of the copies ``numpy_kernels`` makes from now on (its layout choices
+    forgotten, so that they are made again under the test's settings)."""
+    from tegrad.backends import numpy_kernels
+
+    shapes, copy = [], numpy_kernels._copy
+    numpy_kernels._LOOPED.clear()
+    monkeypatch.setattr(numpy_kernels, "_copy",
+                        lambda dst, src: (shapes.append(dst.shape), copy(dst, src)))
+    return shapes
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtype):
+    """``dW[k, c, r, s] = sum_{n, y, x} H[n, k, y, x] X[n, c, y + r - 1, x + s - 1]`` reads
+    ``X`` with ``r`` and ``y`` at one stride: the overlap copy holds the padded ``X`` over
+    ``(n, c, s, y + r, x)``, three shifted copies (im2col's over ``(c, r, s, y, x)`` holds
+    nine), the kernel rows a batch of products and the images their terms. H is wider than
+    the columns the sum reads (9 against 6). With ``OVERLAP_BYTES`` below that copy's size
+    the im2col copy comes back. Both equal the reference."""
+    from tegrad.backends import numpy_kernels
+
+    X, Hd = ph((2, 3, 7, 6), "X", dtype), ph((2, 4, 7, 9), "H", dtype)
     n, y, x = tg.reduce_axis(2, "n"), tg.reduce_axis(7, "y"), tg.reduce_axis(6, "x")
 
     def body(k, c, r, s):
@@ -625,8 +644,34 @@ def test_widening_keeps_zeros_beyond_a_wider_tensor():
         return tg.sum(Hd[n, k, y, x] * read, axis=[n, y, x])
 
     t = tg.compute((4, 3, 3, 3), body, name="dW")
-    assert match_contraction(t).pieces[0].widen is not None
-    assert_matches(t, "contraction")
+    rtol = 1e-10 if dtype == "float64" else 1e-5
+    copied = _copied_shapes(monkeypatch)
+    assert_matches(t, "contraction", rtol=rtol)
+    overlap, im2col = (2, 3, 3, 7 + 3 - 1, 6), 9 * 2 * 3 * 7 * 6  # (n, c, r, s, y, x)
+    assert overlap in copied and im2col not in map(np.prod, copied)
+    size = np.dtype(dtype).itemsize * int(np.prod(overlap))
+    copied = _copied_shapes(monkeypatch)
+    monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", size - 1)
+    assert_matches(t, "contraction", rtol=rtol)
+    assert overlap not in copied and im2col in map(np.prod, copied)
+
+
+@pytest.mark.parametrize("flipped", ["both", "kernel row"])
+def test_overlap_copy_of_reads_backwards(monkeypatch, flipped):
+    """Kernel row and image row read backwards together (``X[.., 8 - y - r, ..]``: one
+    negative stride) pair as forward ones do; a kernel row read against the image row
+    (``X[.., y - r + 2, ..]``: strides of opposite sign) pairs with nothing, so im2col
+    copies it. Both equal the reference."""
+    G, X = ph((2, 4, 7, 6), "G"), ph((2, 3, 9, 8), "X")
+    n, y, x = tg.reduce_axis(2, "n"), tg.reduce_axis(7, "y"), tg.reduce_axis(6, "x")
+
+    def body(k, c, r, s):
+        row, col = (8 - y - r, 7 - x - s) if flipped == "both" else (y - r + 2, x - s + 2)
+        return tg.sum(G[n, k, 6 - y, 5 - x] * X[n, c, row, col], axis=[n, y, x])
+
+    copied = _copied_shapes(monkeypatch)
+    assert_matches(tg.compute((4, 3, 3, 3), body, name="dWflip"), "contraction")
+    assert ((2, 3, 3, 9, 6) in copied) == (flipped == "both")
 
 
 if given is not None:

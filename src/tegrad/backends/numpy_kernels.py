@@ -33,6 +33,9 @@ PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling threa
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 MIN_PHASES = 2  # the fewest pieces written through one interleaving copy (_phase_grid)
 MAX_TERMS = 64  # a looped reduction's products (see _looped), each at least MIN_TERM_DEPTH deep
+# the largest overlap copy (_overlap_layout); a recorded contraction keeps at most 32 MiB of
+# workspace (backends/cpu/replay.py), and the operand's zero-padded copy is kept too
+OVERLAP_BYTES = 24 << 20
 
 
 def run_kernel(kernel, arrays, evaluate_compute):
@@ -352,16 +355,16 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, zero=None):
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
     k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
-    looped, kept, prefix, m_vars, n_vars = _looped(x, xv, y, yv, prefix, m_vars, n_vars,
-                                                   k_vars, ext, zero)
+    looped, kept, prefix, m_vars, n_vars, overlap = _looped(x, xv, y, yv, prefix, m_vars,
+                                                            n_vars, k_vars, ext, zero)
     k_vars = [v for v in k_vars if v not in looped]
-    layout = (looped, kept, prefix, m_vars, n_vars, k_vars)
+    layout = (looped, kept, prefix, m_vars, n_vars, k_vars, overlap)
     # block along the outermost batch axis so that each laid-out operand stays in cache
     size = max(math.prod(ext[v] for v in (*prefix, *m_vars, *k_vars) if v in xv),
                math.prod(ext[v] for v in (*prefix, *k_vars, *n_vars) if v in yv))
     # (or, with no batch axis, along the outermost reduced axis, adding the blocks up)
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
-    blocks = 1 if lead is None or looped else min(ext[lead], -(-size // BLOCK_ELEMENTS))
+    blocks = 1 if lead is None or looped or overlap else min(ext[lead], -(-size // BLOCK_ELEMENTS))
     if blocks <= 1:
         _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate)
         return
@@ -396,9 +399,10 @@ def _looped(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
 
 
 def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
-    """``(looped, kept, prefix, m_vars, n_vars)``: the reduced variables to run as a sum
-    of products, one per value, and the indices of the values whose products are kept
-    (none: ``[]`` twice and the layout as given).
+    """``(looped, kept, prefix, m_vars, n_vars, overlap)``: the reduced variables to run as
+    a sum of products, one per value, and the indices of the values whose products are
+    kept (none: ``[]`` twice and the layout as given); ``overlap``: None, or the pair of
+    variables that the larger operand's copy merges (``_overlap_layout``).
 
     A convolution's input read ``X[n, c, h + r, w + s]`` is no matrix over ``(c, r, s) x
     (h, w)``: laying it out copies it nine times (im2col). For each fixed ``(r, s)`` it
@@ -408,10 +412,11 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
     products, each at least ``MIN_TERM_DEPTH`` deep; of those, the fewest multiply-adds,
     products that read only padding skipped), those are looped: each BLAS thread
     adds the products of its block of the output up (``gemm.py``). A batch variable only
-    the larger operand reads may join its free dimension there (``_batch_layouts``)."""
+    the larger operand reads may join its free dimension there (``_batch_layouts``).
+    Where no such loop exists, ``_overlap_layout``'s copy replaces im2col's if it can."""
     sides = sorted([(x, xv, True), (y, yv, False)], key=lambda s: -s[0].size)
     big, bv, left = sides[0]
-    best, unchanged = None, ([], [], prefix, m_vars, n_vars)
+    best, unchanged = None, ([], [], prefix, m_vars, n_vars, None)
     if len(k_vars) < 2 or _matrix_view(big, bv, prefix, m_vars if left else n_vars, k_vars,
                                        ext) is not None:
         return unchanged
@@ -427,9 +432,51 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, zero=None):
                     kept = _live_terms(loop, ext, zero)
                     if best is None or (len(kept) * depth, len(kept)) < best[0]:
                         layout = (pre, free, n_vars) if left else (pre, m_vars, free)
-                        best = (len(kept) * depth, len(kept)), (loop, kept, *layout)
+                        best = (len(kept) * depth, len(kept)), (loop, kept, *layout, None)
                     break
-    return unchanged if best is None else best[1]
+    if best is None:
+        return _overlap_layout(big, bv, left, prefix, m_vars, n_vars, k_vars, ext,
+                               zero) or unchanged
+    return best[1]
+
+
+def _overlap_layout(big, bv, left, prefix, m_vars, n_vars, k_vars, ext, zero):
+    """A layout that copies the larger operand less than im2col does, or None.
+
+    A weight gradient ``dW[k, c, r, s] = sum_{n, h, w} dY[n, k, h, w] X[n, c, h + r, w + s]``
+    reads ``X`` with ``r`` and ``h`` at one stride. Its im2col copy holds ``X`` nine times
+    over ``(c, r, s) x (h, w)``. Copy it instead over ``(n, c, s, u, w)``, ``u = h + r``
+    (``ext(h) + ext(r) - 1`` rows, three copies): the kernel row ``r`` is then an offset
+    into the copy, a batch of products ``(c, s) x (h, w)``, and the images ``n`` (the
+    reduced variables outside ``h``) are looped as terms. The variables: ``o`` of the
+    operand's free side and ``k`` reduced, at one nonzero stride (an address ``o S + k S =
+    (o + k) S``: the copy reads only what the view reads). Of those pairs, the smallest
+    copy up to ``OVERLAP_BYTES``; none with a batch prefix already (its dims would not
+    merge into one batch of products). Returns ``(looped, kept, [o], m_vars, n_vars,
+    (o, k))``, ``o`` left out of its side."""
+    if prefix:
+        return None
+    free = m_vars if left else n_vars
+    stride = dict(zip(bv, big.strides, strict=True))
+    best = None
+    for o in free:
+        for at, k in enumerate(k_vars):
+            if stride[o] != stride[k] or stride[o] == 0:
+                continue
+            loop, depth = k_vars[:at], math.prod(ext[v] for v in k_vars[at:])
+            if math.prod(ext[v] for v in loop) > MAX_TERMS or depth < MIN_TERM_DEPTH:
+                continue
+            rows = math.prod(ext[v] for v in (*loop, *free) if v is not o)
+            size = rows * depth // ext[k] * (ext[k] + ext[o] - 1) * big.itemsize
+            if size <= OVERLAP_BYTES and (best is None or size < best[0]):
+                best = size, o, k, loop
+    if best is None:
+        return None
+    _, o, k, loop = best
+    rest = [v for v in free if v is not o]
+    kept = _live_terms(loop, ext, zero)
+    return (loop, kept, [o], rest, n_vars, (o, k)) if left else (
+        loop, kept, [o], m_vars, rest, (o, k))
 
 
 def _live_terms(looped: list, ext: dict, zero) -> list[tuple]:
@@ -454,10 +501,10 @@ def _batch_layouts(prefix, free, other):
 def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N), summed
     over the ``kept`` values of the ``looped`` variables (``_choose_loop``)."""
-    looped, kept, prefix, m_vars, n_vars, k_vars = layout
+    looped, kept, prefix, m_vars, n_vars, k_vars, overlap = layout
     matmul = MATMUL.get() or product_sum
-    xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x")
-    ym = _arrange(y, yv, looped + prefix, k_vars, n_vars, ext, "y")
+    xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x", overlap)
+    ym = _arrange(y, yv, looped + prefix, k_vars, n_vars, ext, "y", overlap)
     if scale != 1:
         s = np.asarray(scale, dtype=target.dtype)
         if xm.size <= ym.size:
@@ -553,13 +600,16 @@ def _matrix_view(a, vs, prefix, rows, cols, ext):
     return m if _c_blasable(m) or _c_blasable(np.swapaxes(m, -1, -2)) else None
 
 
-def _arrange(a, vs, prefix, rows, cols, ext, role):
+def _arrange(a, vs, prefix, rows, cols, ext, role, overlap=None):
     """``a`` (dims ``vs``) as (prefix..., prod(rows), prod(cols)), BLAS-ready: a view when
-    the layout allows, else a copy into workspace ``role``, made in whichever of
-    (rows, cols) and (cols, rows) copies with the longer inner rows."""
+    the layout allows, else a copy into workspace ``role``: the overlap copy where ``a``
+    reads both variables of ``overlap`` (``_overlap_layout``), else one made in whichever
+    of (rows, cols) and (cols, rows) copies with the longer inner rows."""
     m = _matrix_view(a, vs, prefix, rows, cols, ext)
     if m is not None:
         return m
+    if overlap is not None and overlap[0] in vs:
+        return _overlap_copy(a, vs, prefix, rows, cols, ext, role, *overlap)
     perm = [vs.index(v) for v in (*prefix, *rows, *cols) if v in vs]
     shape = [ext[v] if v in vs else 1 for v in prefix]
     shape += [math.prod(ext[v] for v in rows), math.prod(ext[v] for v in cols)]
@@ -588,6 +638,25 @@ def _arrange(a, vs, prefix, rows, cols, ext, role):
     buf = _WORKSPACE.get(role, t.shape, t.dtype)
     _copy(buf, t)
     return buf.reshape(shape)
+
+
+def _overlap_copy(a, vs, prefix, rows, cols, ext, role, o, k):
+    """``a`` as ``_arrange`` returns it, through a copy over the prefix without ``o``, the
+    free side, and the reduced side with ``k`` extended to ``u = o + k`` (``ext(o) +
+    ext(k) - 1`` values; ``_overlap_layout``): C-ordered so that the reduced side merges
+    into one dimension, ``o`` and ``k`` both read at ``u``'s stride."""
+    reduced, free = (rows, cols) if k in rows else (cols, rows)
+    order = [v for v in (*prefix, *free, *reduced) if v in vs and v is not o]
+    stride = dict(zip(vs, a.strides, strict=True))
+    shape = [ext[v] + ext[o] - 1 if v is k else ext[v] for v in order]
+    buf = _WORKSPACE.get(role, shape, a.dtype)
+    _copy(buf, as_strided(a, shape, [stride[v] for v in order]))
+    at = dict(zip(order, buf.strides, strict=True))
+    at[o] = at[k]
+    m = _matrix_view(as_strided(buf, a.shape, [at[v] for v in vs]), vs, prefix, rows, cols,
+                     ext)
+    assert m is not None, "an overlap copy's reduced side merges by construction"
+    return m
 
 
 class _Workspace(threading.local):

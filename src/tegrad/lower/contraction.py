@@ -365,9 +365,11 @@ def widening(p: Piece, ranges: dict):
     give ``x`` the extent of the padded row width ``P`` so that ``(y, x)`` become one
     dimension of length ``ext(y) * P`` in every factor that reads them, and the copy that
     lays the operand out for BLAS moves long contiguous rows instead of rows of ``ext(x)``.
-    The ``P - ext(x)`` extra columns read the next row: for an output ``x`` they land in
-    columns that are dropped; for a reduced ``x`` a factor that reads plain ``x + k``,
-    padded with zeros to width ``P``, cancels them. An output column may step by up to
+    The ``P - ext(x)`` extra columns read the next row and land in output columns that are
+    dropped. (A reduced ``x``, a weight gradient's, is not widened: its other factor would
+    need a widened copy too, and ``numpy_kernels._overlap_layout`` copies the input three
+    times in rows of ``ext(x)``, where im2col copied it nine times.) An output column may
+    step by up to
     ``MAX_WIDENED_STEP`` (``dX[.., 2y + a, 2x + b]``, a residue class of a stride-2 input
     gradient: its product, written to a temporary anyway, loops over the two shifted taps
     instead of copying them im2col-style: the benchmark's backward took 0.91-0.92x its time
@@ -388,7 +390,9 @@ def widening(p: Piece, ranges: dict):
 
 
 def _widen_pair(p: Piece, ranges, x, y):
-    dims, overlap, pure = {}, False, False
+    if x not in p.out_vars:
+        return None
+    dims, overlap = {}, False
     for k, f in enumerate(p.factors):
         where = [(m, dict(coeffs)) for m, (coeffs, _) in enumerate(f.index)]
         has_x = [m for m, c in where if x in c]
@@ -402,15 +406,11 @@ def _widen_pair(p: Piece, ranges, x, y):
             return None
         dims[k] = last
         overlap |= len(where[last][1]) > 1
-        pure |= len(where[last][1]) == 1
     if not overlap:
         return None  # nothing is copied im2col-style: widening would only add work
-    if x in p.out_vars:
-        tail = [dict(c) for c, _ in p.out_index[-2:]]
-        if (len(dims) != 1 or y not in p.out_vars or [list(c) for c in tail] != [[y], [x]]
-                or not 1 <= tail[1][x] <= MAX_WIDENED_STEP or tail[0][y] < 1):
-            return None
-    elif not (x in p.red_vars and y in p.red_vars and pure):
+    tail = [dict(c) for c, _ in p.out_index[-2:]]
+    if (len(dims) != 1 or y not in p.out_vars or [list(c) for c in tail] != [[y], [x]]
+            or not 1 <= tail[1][x] <= MAX_WIDENED_STEP or tail[0][y] < 1):
         return None
     width = max(hi - lo + 1 for lo, hi in (index_range(p.factors[k].index[m], ranges)
                                            for k, m in dims.items()))
