@@ -619,7 +619,7 @@ def _copied_shapes(monkeypatch):
     from tegrad.backends import numpy_kernels
 
     shapes, copy = [], numpy_kernels._copy
-    numpy_kernels._LOOPED.clear()
+    monkeypatch.setattr(numpy_kernels, "_LOOPED", {})
     monkeypatch.setattr(numpy_kernels, "_copy",
                         lambda dst, src: (shapes.append(dst.shape), copy(dst, src)))
     return shapes
@@ -632,7 +632,8 @@ def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtyp
     ``(n, c, s, y + r, x)``, three shifted copies (im2col's over ``(c, r, s, y, x)`` holds
     nine), the kernel rows a batch of products and the images their terms. H is wider than
     the columns the sum reads (9 against 6). With ``OVERLAP_BYTES`` below that copy's size
-    the im2col copy comes back. Both equal the reference."""
+    the copy is made in two parts, one image each; below one image's, the im2col copy
+    comes back. All equal the reference."""
     from tegrad.backends import numpy_kernels
 
     X, Hd = ph((2, 3, 7, 6), "X", dtype), ph((2, 4, 7, 9), "H", dtype)
@@ -653,7 +654,11 @@ def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtyp
     copied = _copied_shapes(monkeypatch)
     monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", size - 1)
     assert_matches(t, "contraction", rtol=rtol)
-    assert overlap not in copied and im2col in map(np.prod, copied)
+    assert copied.count((1, *overlap[1:])) == 2 and overlap not in copied
+    copied = _copied_shapes(monkeypatch)
+    monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", size // 2 - 1)
+    assert_matches(t, "contraction", rtol=rtol)
+    assert (1, *overlap[1:]) not in copied and im2col in map(np.prod, copied)
 
 
 @pytest.mark.parametrize("flipped", ["both", "kernel row"])

@@ -172,6 +172,38 @@ def test_accumulated_blocks_are_products_adding_into_the_output(monkeypatch):
     assert blocked
 
 
+@pytest.mark.parametrize("parts", [1, 3])
+def test_weight_gradient_overlap_copy_is_replayed(monkeypatch, parts):
+    """A stride-1 weight gradient copies its input three times (``_overlap_layout``) and
+    runs its three kernel rows as one batch of products, the images as terms; with
+    ``OVERLAP_BYTES`` at two images' copy, five images go in three parts (2, 2, 1), the
+    later parts' products added to the first's with BLAS. Recorded and replayed, equal to
+    the NumPy backend's."""
+    from tegrad.backends import numpy_kernels
+
+    X = tg.placeholder((5, 8, 12, 12), "float32", "X")
+    W = tg.placeholder((8, 8, 3, 3), "float32", "W")
+    Y = tg.nn.conv2d(X, W, padding=1)
+    H = tg.placeholder(Y.shape, "float32", "H")
+    (dW,) = tg.gradient(Y, [W], head=H)
+    image = 4 * 8 * 3 * (12 + 3 - 1) * 12  # (c, s, y + r, x) of one image
+    if parts > 1:
+        monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", 2 * image)
+    monkeypatch.setattr(numpy_kernels, "_LOOPED", {})  # (layouts chosen under this limit)
+    f = tg.build([X, H], [dW], target="cpu")
+    ref = tg.build([X, H], [dW], target="numpy")
+    for seed in (1, 2, 1):
+        arrays = _arrays([X, H], seed)
+        _assert_close(f(*arrays), ref(*arrays), "float32")
+    (step,) = _contractions(f.program)
+    assert not step.untraced
+    (recipe,) = step.recipes.values()
+    products = [c for c, _ in recipe.actions if hasattr(c, "terms")]
+    assert [c.batch for c in products] == [3] * parts  # the kernel rows
+    assert [len(c.terms) // 2 for c in products] == ([5] if parts == 1 else [2, 2, 1])
+    assert [c.accumulate for c in products] == [0] + [1] * (parts - 1)
+
+
 def test_a_new_layout_is_recorded_apart():
     inputs, outputs = _program("matmul float64")
     f = tg.build(inputs, outputs, target="cpu")

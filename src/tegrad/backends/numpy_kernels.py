@@ -33,8 +33,9 @@ PARALLEL_COPY_MIN = 1 << 18  # elements; smaller copies run on the calling threa
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 MIN_PHASES = 2  # the fewest pieces written through one interleaving copy (_phase_grid)
 MAX_TERMS = 64  # a looped reduction's products (see _looped), each at least MIN_TERM_DEPTH deep
-# the largest overlap copy (_overlap_layout); a recorded contraction keeps at most 32 MiB of
-# workspace (backends/cpu/replay.py), and the operand's zero-padded copy is kept too
+# the largest overlap copy (_overlap_layout), made in parts beyond (_overlap_parts); a
+# recorded contraction keeps at most 32 MiB of workspace (backends/cpu/replay.py), the
+# operand's zero-padded copy with it
 OVERLAP_BYTES = 24 << 20
 
 
@@ -451,8 +452,9 @@ def _overlap_layout(big, bv, left, prefix, m_vars, n_vars, k_vars, ext, zero):
     reduced variables outside ``h``) are looped as terms. The variables: ``o`` of the
     operand's free side and ``k`` reduced, at one nonzero stride (an address ``o S + k S =
     (o + k) S``: the copy reads only what the view reads). Of those pairs, the smallest
-    copy up to ``OVERLAP_BYTES``; none with a batch prefix already (its dims would not
-    merge into one batch of products). Returns ``(looped, kept, [o], m_vars, n_vars,
+    copy, made in parts of at most ``OVERLAP_BYTES`` along the first looped variable
+    (``_overlap_parts``); none with a batch prefix already (its dims would not merge into
+    one batch of products). Returns ``(looped, kept, [o], m_vars, n_vars,
     (o, k))``, ``o`` left out of its side."""
     if prefix:
         return None
@@ -466,9 +468,9 @@ def _overlap_layout(big, bv, left, prefix, m_vars, n_vars, k_vars, ext, zero):
             loop, depth = k_vars[:at], math.prod(ext[v] for v in k_vars[at:])
             if math.prod(ext[v] for v in loop) > MAX_TERMS or depth < MIN_TERM_DEPTH:
                 continue
-            rows = math.prod(ext[v] for v in (*loop, *free) if v is not o)
-            size = rows * depth // ext[k] * (ext[k] + ext[o] - 1) * big.itemsize
-            if size <= OVERLAP_BYTES and (best is None or size < best[0]):
+            size = _overlap_bytes(big, bv, ext, o, k)
+            part = size // ext[loop[0]] if loop else size  # (made in parts: _overlap_parts)
+            if part <= OVERLAP_BYTES and (best is None or size < best[0]):
                 best = size, o, k, loop
     if best is None:
         return None
@@ -500,40 +502,79 @@ def _batch_layouts(prefix, free, other):
 
 def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate):
     """``target (+)= scale * x @ y`` laid out as (prefix, M, K) @ (prefix, K, N), summed
-    over the ``kept`` values of the ``looped`` variables (``_choose_loop``)."""
+    over the ``kept`` values of the ``looped`` variables (``_choose_loop``), in parts where
+    an overlap copy would be too large (``_overlap_parts``), each added to the first."""
     looped, kept, prefix, m_vars, n_vars, k_vars, overlap = layout
     matmul = MATMUL.get() or product_sum
-    xm = _arrange(x, xv, looped + prefix, m_vars, k_vars, ext, "x", overlap)
-    ym = _arrange(y, yv, looped + prefix, k_vars, n_vars, ext, "y", overlap)
-    if scale != 1:
-        s = np.asarray(scale, dtype=target.dtype)
-        if xm.size <= ym.size:
-            xm = xm * s
-        else:
-            ym = ym * s
     rvars = prefix + m_vars + n_vars
     # the target itself as the product's (batch, M, N) result, or as its transpose
     widened = any(ext[v] != n for v, n in zip(out_vars, target.shape, strict=True))
     whole = len(rvars) == len(out_vars) and not widened
     plain = _result_view(target, out_vars, prefix, m_vars, n_vars, ext) if whole else None
     turned = _result_view(target, out_vars, prefix, n_vars, m_vars, ext) if whole else None
-    # else a small result from a right operand laid out transposed (weight gradients):
-    # OpenBLAS runs the transposed product, with that operand on the left, about 25% faster
-    (rows, inner), cols = xm.shape[-2:], ym.shape[-1]
-    swap = (turned is not None or plain is None and _c_blasable(xm) and not _c_blasable(ym)
-            and 8 * rows * cols <= inner * max(rows, cols))
-    direct = turned if swap else plain  # (accumulating: BLAS adds to it, beta = 1)
-    if swap:
-        xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
-    xs, ys = _split_terms(xm, looped, kept), _split_terms(ym, looped, kept)
+    result = swap = direct = None
+    for part, (xp, yp, part_kept, sub) in enumerate(
+            _overlap_parts(x, xv, y, yv, looped, kept, overlap, ext)):
+        xm = _arrange(xp, xv, looped + prefix, m_vars, k_vars, sub, "x", overlap)
+        ym = _arrange(yp, yv, looped + prefix, k_vars, n_vars, sub, "y", overlap)
+        if scale != 1:
+            s = np.asarray(scale, dtype=target.dtype)
+            if xm.size <= ym.size:
+                xm = xm * s
+            else:
+                ym = ym * s
+        if part == 0:
+            # else a small result from a right operand laid out transposed (weight
+            # gradients): OpenBLAS runs the transposed product, with that operand on the
+            # left, about 25% faster
+            (rows, inner), cols = xm.shape[-2:], ym.shape[-1]
+            swap = (turned is not None or plain is None and _c_blasable(xm)
+                    and not _c_blasable(ym) and 8 * rows * cols <= inner * max(rows, cols))
+            direct = turned if swap else plain  # (accumulating: BLAS adds to it, beta = 1)
+        if swap:
+            xm, ym = np.swapaxes(ym, -1, -2), np.swapaxes(xm, -1, -2)
+        xs, ys = _split_terms(xm, looped, part_kept), _split_terms(ym, looped, part_kept)
+        if direct is not None:
+            matmul(xs, ys, out=direct, accumulate=accumulate or part > 0)
+        elif result is None:
+            result = matmul(xs, ys)
+        else:
+            matmul(xs, ys, out=result, accumulate=True)
     if direct is not None:
-        matmul(xs, ys, out=direct, accumulate=accumulate)
         return
-    result = matmul(xs, ys)
     if swap:
         result = np.swapaxes(result, -1, -2)
     result = result.reshape([ext[v] for v in rvars])
     _write(target, out_vars, result, rvars, accumulate)
+
+
+def _overlap_parts(x, xv, y, yv, looped, kept, overlap, ext):
+    """``(x, y, kept, ext)`` of each part of a product: the whole, or, where the overlap
+    copy (``_overlap_layout``) would exceed ``OVERLAP_BYTES``, parts along the first looped
+    variable (a weight gradient's images) whose copies do not, one after the other into
+    the same workspace."""
+    if overlap is None or not looped:
+        yield x, y, kept, ext
+        return
+    lead = looped[0]
+    big, bv = (x, xv) if overlap[0] in xv else (y, yv)
+    step = max(1, OVERLAP_BYTES // (_overlap_bytes(big, bv, ext, *overlap) // ext[lead]))
+    if step >= ext[lead]:
+        yield x, y, kept, ext
+        return
+    for lo in range(0, ext[lead], step):
+        hi = min(lo + step, ext[lead])
+        part = [(i - lo, *rest) for i, *rest in kept if lo <= i < hi]
+        if part:
+            x_part, y_part = (a[(slice(None),) * vs.index(lead) + (slice(lo, hi),)]
+                              if lead in vs else a for a, vs in ((x, xv), (y, yv)))
+            yield x_part, y_part, part, {**ext, lead: hi - lo}
+
+
+def _overlap_bytes(a, vs, ext, o, k) -> int:
+    """The size of operand ``a``'s overlap copy (``_overlap_copy``)."""
+    rest = math.prod(ext[v] for v in vs if v is not o and v is not k)
+    return a.itemsize * rest * (ext[k] + ext[o] - 1)
 
 
 def _result_view(target, out_vars, prefix, first, second, ext) -> np.ndarray | None:
