@@ -13,15 +13,18 @@ holds the same.
     .venv/bin/python benchmarks/bench_repeat.py --summarize reports/bench_cpu_runs/run_*.json
         --table   # and the last run as the README's table, a line per case
 
-The runs are written to ``--out`` (``reports/bench_cpu_runs``) as ``run_<i>.json``; the
-arguments after ``--`` go to every run (``--runs 9`` unless they give ``--runs``). The
-exit status is 1 when a run fails (a disagreement with torch, an error).
+The runs are written to ``--out`` (``reports/bench_cpu_runs``) as ``run_<i>.json``, and
+``--summarize`` takes them in the order of the numbers in their names (a shell's
+``run_*.json`` puts ``run_10`` before ``run_2``); the arguments after ``--`` go to every
+run (``--runs 9`` unless they give ``--runs``). The exit status is 1 when a run fails (a
+disagreement with torch, an error).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -154,6 +157,14 @@ def _span(pair) -> str:
     return f"{_ms(pair[0])}-{_ms(pair[1])}"
 
 
+def in_run_order(paths: list[Path]) -> list[Path]:
+    """``paths`` sorted by folder and name, the digits in names compared as numbers."""
+    def key(p: Path):
+        return str(p.parent), [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)]
+
+    return sorted(paths, key=key)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
@@ -170,7 +181,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(own)
     failed = 0
     if args.summarize:
-        paths, out = args.summarize, args.out or args.summarize[0].parent
+        paths, out = in_run_order(args.summarize), args.out or args.summarize[0].parent
     else:
         if args.repeat < 1:
             parser.error("--repeat: at least 1")

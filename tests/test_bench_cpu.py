@@ -214,6 +214,16 @@ def test_repeated_runs_write_each_run_and_the_summary(tmp_path, smoke):
     assert done.returncode == 1 and "no run wrote its results" in done.stderr
 
 
+def test_summarized_runs_are_taken_in_the_order_of_their_numbers():
+    """A shell's ``run_*.json`` lists ``run_10`` before ``run_2``: ``--summarize`` puts run
+    10 last, so that run ``i`` of the report is ``run_i.json`` and ``--table`` prints the
+    last run made."""
+    repeat = _load("bench_repeat")
+    paths = [Path(f"r/run_{i}.json") for i in (1, 10, 2, 9)] + [Path("a/run_3.json")]
+    assert [p.name for p in repeat.in_run_order(paths)] == [
+        "run_3.json", "run_1.json", "run_2.json", "run_9.json", "run_10.json"]
+
+
 def test_weight_gradient_layouts_agree_with_torch_and_are_timed():
     """``bench_conv_wgrad.py`` (the layouts the README's conv2d entry compares) checks every
     layout's weight gradient against torch's before timing (a smoke run, small shapes)."""

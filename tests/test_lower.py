@@ -661,6 +661,26 @@ def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtyp
     assert (1, *overlap[1:]) not in copied and im2col in map(np.prod, copied)
 
 
+@pytest.mark.parametrize("order", ["kcrs", "crsk"])
+def test_overlap_copy_on_either_side_of_the_product(monkeypatch, order):
+    """The weight gradient stored as ``(k, c, r, s)`` puts the input on the right of the
+    product, as ``(c, r, s, k)`` on the left: both take the overlap copy and equal the
+    reference."""
+    X, Hd = ph((2, 3, 7, 6), "X"), ph((2, 4, 7, 6), "H")
+    n, y, x = tg.reduce_axis(2, "n"), tg.reduce_axis(7, "y"), tg.reduce_axis(6, "x")
+    shape = {"k": 4, "c": 3, "r": 3, "s": 3}
+
+    def body(*at):
+        k, c, r, s = (at[order.index(name)] for name in "kcrs")
+        h, w = y + r - 1, x + s - 1
+        read = tg.if_then_else(tg.all(0 <= h, h < 7, 0 <= w, w < 6), X[n, c, h, w], 0.0)
+        return tg.sum(Hd[n, k, y, x] * read, axis=[n, y, x])
+
+    copied = _copied_shapes(monkeypatch)
+    assert_matches(tg.compute(tuple(shape[v] for v in order), body, name="dW"), "contraction")
+    assert any(len(c) == 5 and c[-2:] == (9, 6) for c in copied)  # (.., y + r, x)
+
+
 @pytest.mark.parametrize("flipped", ["both", "kernel row"])
 def test_overlap_copy_of_reads_backwards(monkeypatch, flipped):
     """Kernel row and image row read backwards together (``X[.., 8 - y - r, ..]``: one

@@ -650,7 +650,9 @@ def _arrange(a, vs, prefix, rows, cols, ext, role, overlap=None):
     if m is not None:
         return m
     if overlap is not None and overlap[0] in vs:
-        return _overlap_copy(a, vs, prefix, rows, cols, ext, role, *overlap)
+        m = _overlap_copy(a, vs, prefix, rows, cols, ext, role, *overlap)
+        if m is not None:
+            return m
     perm = [vs.index(v) for v in (*prefix, *rows, *cols) if v in vs]
     shape = [ext[v] if v in vs else 1 for v in prefix]
     shape += [math.prod(ext[v] for v in rows), math.prod(ext[v] for v in cols)]
@@ -685,7 +687,8 @@ def _overlap_copy(a, vs, prefix, rows, cols, ext, role, o, k):
     """``a`` as ``_arrange`` returns it, through a copy over the prefix without ``o``, the
     free side, and the reduced side with ``k`` extended to ``u = o + k`` (``ext(o) +
     ext(k) - 1`` values; ``_overlap_layout``): C-ordered so that the reduced side merges
-    into one dimension, ``o`` and ``k`` both read at ``u``'s stride."""
+    into one dimension, ``o`` and ``k`` both read at ``u``'s stride. (None, were that copy
+    no matrix after all: ``_arrange`` then copies as it otherwise does.)"""
     reduced, free = (rows, cols) if k in rows else (cols, rows)
     order = [v for v in (*prefix, *free, *reduced) if v in vs and v is not o]
     stride = dict(zip(vs, a.strides, strict=True))
@@ -694,10 +697,8 @@ def _overlap_copy(a, vs, prefix, rows, cols, ext, role, o, k):
     _copy(buf, as_strided(a, shape, [stride[v] for v in order]))
     at = dict(zip(order, buf.strides, strict=True))
     at[o] = at[k]
-    m = _matrix_view(as_strided(buf, a.shape, [at[v] for v in vs]), vs, prefix, rows, cols,
-                     ext)
-    assert m is not None, "an overlap copy's reduced side merges by construction"
-    return m
+    return _matrix_view(as_strided(buf, a.shape, [at[v] for v in vs]), vs, prefix, rows,
+                        cols, ext)
 
 
 class _Workspace(threading.local):

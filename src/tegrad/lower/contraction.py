@@ -369,12 +369,12 @@ def widening(p: Piece, ranges: dict):
     dropped. (A reduced ``x``, a weight gradient's, is not widened: its other factor would
     need a widened copy too, and ``numpy_kernels._overlap_layout`` copies the input three
     times in rows of ``ext(x)``, where im2col copied it nine times.) An output column may
-    step by up to
-    ``MAX_WIDENED_STEP`` (``dX[.., 2y + a, 2x + b]``, a residue class of a stride-2 input
-    gradient: its product, written to a temporary anyway, loops over the two shifted taps
-    instead of copying them im2col-style: the benchmark's backward took 0.91-0.92x its time
-    without, ``benchmarks/bench_ab.py --knob widen --case conv2d_s2``). Returns ``(x, P,
-    ((factor position, dim), ...))`` for the pair that wastes least, or None."""
+    step by up to ``MAX_WIDENED_STEP`` (``dX[.., 2y + a, 2x + b]``, a residue class of a
+    stride-2 input gradient: its product, written to a temporary anyway, loops over the two
+    shifted taps instead of copying them im2col-style: the benchmark's backward took
+    0.91-0.92x its time without, ``benchmarks/bench_ab.py --knob widen --case conv2d_s2``).
+    Returns ``(x, P, ((factor position, dim), ...))`` for the pair that wastes least, or
+    None."""
     best = None
     for f in p.factors:
         if len(f.index) < 2:
