@@ -178,7 +178,7 @@ def test_weight_gradient_overlap_copy_is_replayed(monkeypatch, parts):
     runs its three kernel rows as one batch of products, the images as terms; with
     ``OVERLAP_BYTES`` at two images' copy, five images go in three parts (2, 2, 1), the
     later parts' products added to the first's with BLAS. Recorded and replayed, equal to
-    the NumPy backend's."""
+    the NumPy backend's and to the sum written out with ``np.einsum`` in float64."""
     from tegrad.backends import numpy_kernels
 
     X = tg.placeholder((5, 8, 12, 12), "float32", "X")
@@ -193,7 +193,12 @@ def test_weight_gradient_overlap_copy_is_replayed(monkeypatch, parts):
     f = tg.build([X, H], [dW], target="cpu")
     ref = tg.build([X, H], [dW], target="numpy")
     for seed in (1, 2, 1):
-        arrays = _arrays([X, H], seed)
+        x, h = arrays = _arrays([X, H], seed)
+        padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        want = np.stack([np.stack([np.einsum("nkhw,nchw->kc", h, padded[:, :, r:r + 12,
+                                                                        s:s + 12])
+                                   for s in range(3)], -1) for r in range(3)], -2)
+        _assert_close(f(*arrays), [want], "float32")
         _assert_close(f(*arrays), ref(*arrays), "float32")
     (step,) = _contractions(f.program)
     assert not step.untraced
