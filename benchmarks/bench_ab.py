@@ -19,9 +19,6 @@ Settings (``--knob``):
   class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
 - ``overlap``: a weight gradient's input copied three times over ``(n, c, s, h + r, w)``
   (``numpy_kernels._overlap_layout``); off: ``OVERLAP_BYTES`` 0, the im2col copy.
-- ``interior``: a stride-1 conv's forward and input gradient read their operand's interior
-  where it lies and write the output itself, the border as pieces of its own
-  (``numpy_kernels._run_interior``); off: the padded copy and the widened result.
 - ``unread``: a tensor made and read by no later kernel (an LSTM's cell history) back to
   the pool at once (``numpy_backend.FREE_UNREAD``); off: dropped at the end of the run.
 - ``keep``: a scan's elementwise step values that a backward reads (an LSTM's activated
@@ -52,7 +49,6 @@ KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
          "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
          "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1),
          "overlap": ("tegrad.backends.numpy_kernels", "OVERLAP_BYTES", 0),
-         "interior": ("tegrad.backends.numpy_kernels", "CLIP_INTERIOR", False),
          "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False),
          "keep": ("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)}
 

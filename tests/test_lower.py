@@ -613,28 +613,6 @@ def test_row_widening_is_exercised():
     assert match_contraction(dW).pieces[0].widen is None
 
 
-@pytest.mark.parametrize("which", ["forward", "input grad"])
-@pytest.mark.parametrize("size", [(9, 7), (5, 6)])
-def test_stride_1_interior_is_read_in_place(monkeypatch, which, size):
-    """A stride-1 conv's forward and input gradient read their padded operand's interior
-    where it lies and write the output itself (``_run_interior``): no copy of the whole
-    padded operand, none of the whole output; the border rows and columns are pieces of
-    their own. An image with fewer than ``MIN_INTERIOR_ROWS`` interior rows (5 high, 3
-    inside) is widened as before. Equal to the reference either way."""
-    from tegrad.backends import numpy_kernels
-
-    N, C, H, W, K = 2, 3, *size, 4
-    X, Wt, Y, Hd, kw = _conv_problem((N, C, H, W, K, 3, 3, 1, 1, 1, 1))
-    t = Y if which == "forward" else bench.conv2d_input_grad(Hd, Wt, X.shape, **kw)
-    read = (N, C if which == "forward" else K, H, W)
-    copied = _copied_shapes(monkeypatch)
-    assert_matches(t, "contraction")
-    whole = {read, t.shape}  # into the padded operand; the result out of its widened rows
-    inside = H - 2 >= numpy_kernels.MIN_INTERIOR_ROWS
-    assert inside == (not whole & set(copied)), copied
-    assert inside == any(c[-2:] == (H, 2) or c[-2:] == (2, W) for c in copied)  # border
-
-
 def _copied_shapes(monkeypatch):
     """The shapes of the copies ``numpy_kernels`` makes from now on (its layout choices
     forgotten, so that they are made again under the test's settings)."""

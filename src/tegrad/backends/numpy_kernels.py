@@ -20,7 +20,6 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import replace
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -38,8 +37,6 @@ MAX_TERMS = 64  # a looped reduction's products (see _looped), each at least MIN
 # recorded contraction keeps at most 32 MiB of workspace (backends/cpu/replay.py), the
 # operand's zero-padded copy with it
 OVERLAP_BYTES = 24 << 20
-CLIP_INTERIOR = True  # widened products read their interior in place (_run_interior)
-MIN_INTERIOR_ROWS = 4  # fewer interior rows: the widened product as before
 
 
 def run_kernel(kernel, arrays, evaluate_compute):
@@ -113,9 +110,6 @@ def _phase_grid(out: np.ndarray, targets: list):
 
 def _run_piece(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
                cache: dict) -> None:
-    if (p.widen is not None and CLIP_INTERIOR and not accumulate
-            and _run_interior(p, arrays, target, cache)):
-        return
     ranges = _ranges(p)
     pitch: dict = {}
     if p.widen is not None:  # see contraction.widening
@@ -137,92 +131,6 @@ def _run_piece(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
         ops.append(op)
     zero = _PaddingReads(p, ranges)
     _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate, zero)
-
-
-class _Flat:
-    """The flat variable ``j = W y + x`` of a piece's interior (``_run_interior``)."""
-
-    name = "j"
-
-
-def _run_interior(p: Piece, arrays: dict, target: np.ndarray, cache: dict) -> bool:
-    """A widened piece (``contraction.widening``: ``Y[.., y, x] = sum X[.., y + r - 1,
-    x + s - 1] W[..]``, a stride-1 convolution) without its padded copy and its widened
-    result, where it can; False where it cannot (the caller then widens).
-
-    Where every read is inside ``X`` (the interior ``y in [y0, y1]``, ``x in [x0, x1]``)
-    and ``X`` and the target have one row pitch ``P`` that is the target's whole row,
-    ``(y, x)`` is one flat index ``j = P y + x`` of both, and each kernel offset one shift
-    of it: the product reads ``X`` where it lies and writes the target itself, over ``j``
-    from ``P y0 + x0`` to ``P y1 + x1``. That run also writes the border columns of rows
-    ``y0..y1`` (``x < x0`` or ``x > x1``: reads of the neighbouring row, in bounds); the
-    border, the rows outside ``[y0, y1]`` and those columns, is then computed as pieces of
-    its own (zero-padded, small) over those values. On the benchmark's stride-1 conv this
-    drops a 6.6 MB padded copy and a 6.4 MB copy of the result out of its widened rows."""
-    x, _, dims = p.widen
-    (ycoeffs, _), (xcoeffs, _) = p.out_index[-2:]
-    if len(ycoeffs) != 1 or len(xcoeffs) != 1 or xcoeffs[0] != (x, 1) or ycoeffs[0][1] != 1:
-        return False
-    y = ycoeffs[0][0]
-    ranges = _ranges(p)
-    iy, ix = p.out_vars.index(y), p.out_vars.index(x)
-    sy, sx = target.strides[iy], target.strides[ix]
-    if sx <= 0 or sy % sx or target.shape[ix] != sy // sx:
-        return False  # (the target's x is not its whole row: the run would write others)
-    pitch = sy // sx
-    (y0, y1), (x0, x1) = ranges[y], ranges[x]
-    for k, m in dims:
-        f, a = p.factors[k], arrays[p.factors[k].tensor]
-        if f.phases or a.dtype != target.dtype or a.strides[m - 1] != pitch * a.strides[m]:
-            return False
-        for d, form in enumerate(f.index):
-            lo, hi = index_range(form, {**ranges, y: (0, 0), x: (0, 0)})
-            if d == m - 1:
-                y0, y1 = max(y0, -lo), min(y1, a.shape[d] - 1 - hi)
-            elif d == m:
-                x0, x1 = max(x0, -lo), min(x1, a.shape[d] - 1 - hi)
-            elif lo < 0 or hi > a.shape[d] - 1:
-                return False  # padded along another dimension too (a 3-d convolution)
-    if y1 - y0 + 1 < MIN_INTERIOR_ROWS or x1 < x0:
-        return False
-    flat, size = _Flat(), (y1 - y0) * pitch + (x1 - x0) + 1
-    start = {**ranges, y: (y0, y0), x: (x0, x0)}
-    ops = []
-    for k, f in enumerate(p.factors):
-        if k in dict(dims):
-            ops.append(_flattened(*_view(arrays[f.tensor], f.index, start), y, x, flat, size))
-        else:
-            op = _factor_view(f, arrays[f.tensor], ranges, target.dtype, cache)
-            if op is None:
-                return False
-            ops.append(op)
-    corner = tuple(slice(y0 - ranges[y][0], None) if i == iy else
-                   slice(x0 - ranges[x][0], None) if i == ix else slice(None)
-                   for i in range(target.ndim))
-    out, out_vars = _flattened(target[corner], list(p.out_vars), y, x, flat, size)
-    ext = {v: hi - lo + 1 for v, (lo, hi) in ranges.items() if v is not y and v is not x}
-    _contract(ops, out_vars, out, {**ext, flat: size}, p.red_vars, p.scale, False)
-    (ya, yb), (xa, xb) = ranges[y], ranges[x]
-    for (r0, r1), (c0, c1) in (((ya, y0 - 1), (xa, xb)), ((y1 + 1, yb), (xa, xb)),
-                               ((y0, y1), (xa, x0 - 1)), ((y0, y1), (x1 + 1, xb))):
-        if r0 <= r1 and c0 <= c1:
-            border = replace(p, widen=None, ranges=tuple(
-                (v, r0, r1) if v is y else (v, c0, c1) if v is x else (v, lo, hi)
-                for v, lo, hi in p.ranges))
-            part = tuple(slice(r0 - ya, r1 - ya + 1) if i == iy else
-                         slice(c0 - xa, c1 - xa + 1) if i == ix else slice(None)
-                         for i in range(target.ndim))
-            _run_piece(border, arrays, target[part], False, cache)
-    return True
-
-
-def _flattened(view: np.ndarray, order: list, y, x, flat, size: int):
-    """``view`` (dims ``order``) with its dims ``y`` and ``x`` (``y``'s stride a multiple of
-    ``x``'s) as one dim ``flat`` of ``size`` values at ``x``'s stride, where ``x`` was."""
-    keep = [i for i, v in enumerate(order) if v is not y]
-    shape = [size if order[i] is x else view.shape[i] for i in keep]
-    return (as_strided(view, shape, [view.strides[i] for i in keep]),
-            [flat if order[i] is x else order[i] for i in keep])
 
 
 def _view(buf: np.ndarray, index, ranges, origin=None, writeable=False):
