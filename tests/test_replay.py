@@ -235,6 +235,34 @@ def test_layouts_beyond_the_limit_take_the_general_path(monkeypatch):
     assert all(len(s.recipes) == 1 for s in _contractions(f.program))
 
 
+def test_the_general_path_sets_the_targets_helpers_where_the_program_did_not(monkeypatch):
+    """A program of contractions runs without program-wide hooks unless the BLAS has
+    threads of its own (OpenBLAS); a contraction that takes the general path (a layout
+    beyond the limit) still makes its products through ``tg_gemm`` on the program's
+    threads, not ``np.matmul``."""
+    from tegrad.backends.cpu import gemm, replay
+
+    monkeypatch.setattr(replay, "MAX_LAYOUTS", 1)
+    inputs, outputs = _program("matmul float64")
+    f = tg.build(inputs, outputs, target="cpu")
+    ref = tg.build(inputs, outputs, target="numpy")
+    assert f.program.hooked == gemm.blas_threads_shared()
+    a, b, h = _arrays(inputs, 3)
+    f(a, b, h)  # recorded
+    made, real = [], gemm.matmul
+
+    def spy(*args, **kwargs):
+        made.append(kwargs.get("threads"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gemm, "matmul", spy)
+    _assert_close(f(np.asfortranarray(a), b, h), ref(a, b, h), "float64")
+    assert made and set(made) == {s.threads for s in _contractions(f.program)}
+    made.clear()
+    _assert_close(f(a, b, h), ref(a, b, h), "float64")  # replayed: no general path
+    assert not made
+
+
 def test_lstm_step_products_are_replayed():
     """The scan's step program replays its product at every step after the first."""
     x = tg.placeholder((6, 4, 16), "float32", "x")
@@ -253,6 +281,7 @@ def test_lstm_step_products_are_replayed():
         _assert_close(f(*arrays), ref(*arrays), "float32")
     steps = [s for k in f.program.steps if hasattr(k, "steps") for s in _contractions(k)]
     assert steps and all(s.recipes and None not in s.recipes.values() for s in steps)
+    assert f.program.hooked  # (a scan's step programs take the program's hooks)
 
 
 def test_threads_replay_their_own_workspace():

@@ -240,6 +240,13 @@ def _blas() -> Blas:
     return Blas(mkl=os.environ.get("TEGRAD_BLAS", "").lower() != "openblas")
 
 
+def blas_threads_shared() -> bool:
+    """Whether the BLAS runs threads of its own (OpenBLAS), which ``one_blas_thread``
+    holds at one while a program runs."""
+    blas = _blas()
+    return blas.found and blas.set_threads is not None and blas.get_threads is not None
+
+
 @contextmanager
 def one_blas_thread():
     """When products are on NumPy's OpenBLAS, it runs on one thread for the duration:
@@ -248,10 +255,10 @@ def one_blas_thread():
     more than it saves (a 512^3 product program took 1.42 ms with the change around each
     run, 0.97 ms without, alternating in one process; one-off script): NumPy's own calls
     within a program (products BLAS cannot take) then keep OpenBLAS's threads."""
-    blas = _blas()
-    if not blas.found or blas.set_threads is None or blas.get_threads is None:
+    if not blas_threads_shared():
         yield
         return
+    blas = _blas()
     before = blas.get_threads()
     blas.set_threads(1)
     try:

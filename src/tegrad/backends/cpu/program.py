@@ -27,18 +27,17 @@ from ...lower.fusion import fuse
 from ...lower.plan import Plan, reads_and_makes
 from ..numpy_backend import dead_after
 from ..numpy_eval import evaluate_compute
-from ..numpy_kernels import COPY, EMPTY, MATMUL, hooks, run_kernel
+from ..numpy_kernels import hooks, run_kernel
 from ..scan_run import run_scan
 from .buffers import MIN_BYTES, BufferPool
 from .c_ops import PRELUDE
 from .codegen import KernelSource
 from .compiler import bind, load, split_units
-from .copy import copy
 from .copy import helper as copy_helper
+from .gemm import blas_threads_shared, one_blas_thread
 from .gemm import helper as gemm_helper
-from .gemm import matmul, one_blas_thread
 from .grouping import group
-from .replay import ReplayedContraction, data_address
+from .replay import ReplayedContraction, compiled_hooks, data_address
 from .step_trace import StepTrace
 
 
@@ -220,14 +219,6 @@ def _c_strides(shape: tuple, itemsize: int) -> tuple:
 _THREADS = num_threads()
 
 
-def _matmul(a, b, out=None, accumulate=False):
-    return matmul(a, b, out=out, threads=_THREADS, accumulate=accumulate)
-
-
-def _copy(dst, src):
-    copy(dst, src, _THREADS)
-
-
 class CpuProgram:
     """A blueprint's kernels bound to their compiled functions (``unit``: the library of
     the top program, shared by its scans' step programs)."""
@@ -250,6 +241,15 @@ class CpuProgram:
                 self.steps.append(CpuProgram(part, kernel.detail.step.placeholders(), unit))
             else:
                 self.steps.append(None)
+        # the hooks a run sets (products, copies and outputs of the general paths on this
+        # target's helpers and pool), and OpenBLAS held at one thread: needed by scans and
+        # NumPy-run kernels; contractions set them for their own general path, so a
+        # program of compiled kernels and contractions runs without them on MKL (entering
+        # and leaving them took 20-40 us of a 512^3 product's run once its data had filled
+        # the caches: one-off script)
+        self.hooked = blas_threads_shared() or any(
+            step is None or kernel.kind == "scan"
+            for kernel, step in zip(self.plan.kernels, self.steps, strict=True))
         if top:
             unit.load()
 
@@ -257,10 +257,13 @@ class CpuProgram:
         if not self.top:
             return self.run_into(feed, None)
         self.pool.reclaim()
-        # products and layout copies on the same threads (gemm.py, copy.py), contraction
-        # outputs from the pool
-        with hooks((MATMUL, _matmul), (COPY, _copy), (EMPTY, self.pool.take)), \
-                one_blas_thread():  # one thread pool: see gemm.py
+        if self.hooked:
+            # products and layout copies on the same threads (gemm.py, copy.py),
+            # contraction outputs from the pool
+            with hooks(*compiled_hooks(_THREADS, self.pool)), \
+                    one_blas_thread():  # one thread pool: see gemm.py
+                results = self._run_kernels(feed)
+        else:
             results = self._run_kernels(feed)
         self.pool.lend(results)
         return results

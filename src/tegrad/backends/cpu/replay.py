@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from functools import partial
 
 import numpy as np
 
@@ -243,6 +244,14 @@ class _Recipe:
 _MISSING = object()
 
 
+def compiled_hooks(threads: int, pool: BufferPool | None) -> tuple:
+    """``numpy_kernels.hooks`` pairs that put the general path's products and copies on
+    ``tg_gemm`` and ``tg_copy`` over ``threads``, its outputs taken from ``pool``."""
+    return ((MATMUL, partial(gemm.matmul, threads=threads)),
+            (COPY, partial(copies.copy, threads=threads)),
+            (EMPTY, None if pool is None else pool.take))
+
+
 class ReplayedContraction:
     """A contraction kernel of a compiled program: ``__call__(arrays, pool)`` returns its
     output, through a recipe when its layout has one."""
@@ -258,18 +267,26 @@ class ReplayedContraction:
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
         inputs = [arrays[t] for t in self.tensors]
         if any(type(a) is not np.ndarray for a in inputs):  # (data_address reads arrays)
-            return run_contraction(self.c, arrays)
+            return self._general(arrays, pool)
         key = tuple((a.shape, a.strides, a.dtype) for a in inputs)
         recipe = self.recipes.get(key, _MISSING)
         if recipe is _MISSING:
             if len(self.recipes) >= MAX_LAYOUTS:  # operands of ever new strides: no more
-                return run_contraction(self.c, arrays)
+                return self._general(arrays, pool)
             return self._record(key, inputs, arrays, pool)
         if recipe is None:
-            return run_contraction(self.c, arrays)
+            return self._general(arrays, pool)
         c = self.c
         out = np.empty(c.shape, c.dtype) if pool is None else pool.take(c.shape, c.dtype)
         return recipe.run(inputs, out, self.threads)
+
+    def _general(self, arrays: dict, pool: BufferPool | None) -> np.ndarray:
+        """The general path, its products and copies on the compiled target's helpers
+        (set here unless the program has set them: ``CpuProgram.run``)."""
+        if MATMUL.get() is not None:
+            return run_contraction(self.c, arrays)
+        with hooks(*compiled_hooks(self.threads, pool)):
+            return run_contraction(self.c, arrays)
 
     def _record(self, key, inputs, arrays, pool) -> np.ndarray:
         recorder = Recorder(inputs, pool, self.threads)
