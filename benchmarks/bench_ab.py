@@ -19,6 +19,8 @@ Settings (``--knob``):
   class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
 - ``overlap``: a weight gradient's input copied three times over ``(n, c, s, h + r, w)``
   (``numpy_kernels._overlap_layout``); off: ``OVERLAP_BYTES`` 0, the im2col copy.
+- ``merge``: two products of one operand (an LSTM's weight gradients) made as one, their
+  other operands side by side (``lower/merge.py``); off: ``MERGE_PRODUCTS`` False.
 - ``unread``: a tensor made and read by no later kernel (an LSTM's cell history) back to
   the pool at once (``numpy_backend.FREE_UNREAD``); off: dropped at the end of the run.
 - ``keep``: a scan's elementwise step values that a backward reads (an LSTM's activated
@@ -49,6 +51,7 @@ KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
          "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
          "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1),
          "overlap": ("tegrad.backends.numpy_kernels", "OVERLAP_BYTES", 0),
+         "merge": ("tegrad.lower.merge", "MERGE_PRODUCTS", False),
          "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False),
          "keep": ("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)}
 

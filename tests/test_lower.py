@@ -747,3 +747,56 @@ def test_a_part_that_the_graph_also_reads_is_planned_once():
     s = x[0] * x[0]
     np.testing.assert_allclose(got[0], s / (1 + s * s))
     np.testing.assert_allclose(got[1], h * (1 - s * s) / (1 + s * s) ** 2 * 2 * x, rtol=1e-12)
+
+
+def _shared_products(g: int, read_h=lambda H, t, n, j: H[t + 1, n, j]):
+    """``A = G^T X`` and ``B = G^T H`` over ``(t, n)`` (an LSTM's weight gradients; ``H``
+    read one step on, an affine read), ``G`` with ``g`` columns."""
+    G, X, H = ph((6, 5, g), "G"), ph((6, 5, 8), "X"), ph((7, 5, 12), "H")
+    t, n = tg.reduce_axis((0, 6), "t"), tg.reduce_axis((0, 5), "n")
+    A = tg.compute((g, 8), lambda a, i: tg.sum(G[t, n, a] * X[t, n, i], axis=[t, n]),
+                   name="A")
+    t2, n2 = tg.reduce_axis((0, 6), "t"), tg.reduce_axis((0, 5), "n")
+    B = tg.compute((g, 12), lambda a, j: tg.sum(G[t2, n2, a] * read_h(H, t2, n2, j),
+                                                axis=[t2, n2]), name="B")
+    return [G, X, H], A, B
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_products_of_one_operand_are_made_as_one(target):
+    """``G`` read by both products (more than the merged copies move): one product over
+    ``X`` and ``H`` side by side, then the two slices (``lower/merge.py``)."""
+    ins, A, B = _shared_products(100)
+    kernels = plan([A, B]).kernels
+    contractions = [k.tensor.name for k in kernels if k.kind == "contraction"]
+    assert contractions == ["A.merged"]
+    assert [k.kind for k in kernels if k.tensor in (A, B)] == ["general", "general"]
+    rng = np.random.default_rng(3)
+    g, x, h = (rng.standard_normal(p.shape) for p in ins)
+    got = tg.build(ins, [A, B], target=target)(g, x, h)
+    np.testing.assert_allclose(got[0], np.einsum("tna,tni->ai", g, x), rtol=1e-12)
+    np.testing.assert_allclose(got[1], np.einsum("tna,tnj->aj", g, h[1:]), rtol=1e-12)
+
+
+def test_products_stay_apart_where_merging_does_not_pay_or_fit():
+    """Not merged: a ``G`` smaller than the copies would be; a ``B`` whose ``H`` is made
+    after a kernel that reads ``A`` (no place for the merged product); and an ``H`` read
+    at two output columns (not a side-by-side operand)."""
+    def apart(outputs):
+        return sum(k.kind == "contraction" for k in plan(outputs).kernels)
+
+    _, A, B = _shared_products(20)
+    assert apart([A, B]) == 2
+    ins, A, _ = _shared_products(100)
+    G, _, H = ins
+    late = tg.compute(H.shape, lambda t, n, j: H[t, n, j] * 2.0, name="late")
+    after = tg.compute(A.shape, lambda a, i: A[a, i] + 1.0, name="after")
+    t, n = tg.reduce_axis((0, 6), "t"), tg.reduce_axis((0, 5), "n")
+    B = tg.compute((100, 12), lambda a, j: tg.sum(G[t, n, a] * late[t + 1, n, j],
+                                                  axis=[t, n]), name="B")
+    kernels = plan([after, B]).kernels
+    made = [k.tensor.name for k in kernels]
+    assert made.index("after") < made.index("late")  # (the order that leaves no place)
+    assert not any(name.endswith("merged") for name in made)
+    _, A, B = _shared_products(100, lambda H, t, n, j: H[t, n, j] * H[t + 1, n, 11 - j])
+    assert apart([A, B]) == 2

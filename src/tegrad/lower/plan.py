@@ -107,6 +107,7 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
     from .checkpoint import mark_checkpoints
     from .contraction import match_contraction
     from .extract import extract_kernels
+    from .merge import merge_shared_products
     from .saved_steps import keep_step_values
     from .scan_kernel import plan_scan
     from .scatter import match_scatter
@@ -143,7 +144,7 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             kernels.append(Kernel(t, "general", Fused(rest, tuple(p for p, _, _ in parts))))
             continue
         kernels.append(Kernel(t, "general"))
-    kernels = _live(keep_step_values(kernels, outputs), outputs)
+    kernels = merge_shared_products(_live(keep_step_values(kernels, outputs), outputs))
     return mark_checkpoints(Plan(kernels, list(outputs)))
 
 
