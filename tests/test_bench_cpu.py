@@ -116,7 +116,7 @@ def test_blas_comparison_runs_and_checks_its_products():
 
 @pytest.mark.parametrize("knob, case", [("stream", "softmax"), ("rows", "lstm"),
                                        ("phases", "conv2d_s2"), ("widen", "conv2d_s2"),
-                                       ("overlap", "conv2d_s1"),
+                                       ("overlap", "conv2d_s1"), ("merge", "lstm"),
                                        ("unread", "lstm"), ("keep", "lstm")])
 def test_setting_comparison_runs(knob, case):
     """``bench_ab.py`` builds a case with a setting on and off and times both beside torch
