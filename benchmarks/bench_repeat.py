@@ -16,8 +16,12 @@ holds the same.
 The runs are written to ``--out`` (``reports/bench_cpu_runs``) as ``run_<i>.json``, and
 ``--summarize`` takes them in the order of the numbers in their names (a shell's
 ``run_*.json`` puts ``run_10`` before ``run_2``); the arguments after ``--`` go to every
-run (``--runs 9`` unless they give ``--runs``). The exit status is 1 when a run fails (a
-disagreement with torch, an error).
+run (``--runs 15`` unless they give ``--runs``: five blocks of three per side and row; with
+9, three blocks, a burst of load on one side's block moves the row. Run against run, the
+conv2d and LSTM rows spread by 0.04-0.59 with 9 and by 0.04-0.13 with 15:
+``bench_cpu.py --cases conv2d,lstm --no-jax --no-compile --runs 9``, then ``--runs 15``,
+three times in turn). The exit status is 1 when a run fails (a disagreement with torch,
+an error).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+RUNS = 15  # timed runs per side and row in each suite run, unless given
 sys.path.insert(0, str(HERE))
 import bench_shared  # noqa: E402  (a sibling)
 
@@ -186,7 +191,7 @@ def main(argv=None) -> int:
         if args.repeat < 1:
             parser.error("--repeat: at least 1")
         if "--runs" not in passed:
-            passed = ["--runs", "9", *passed]
+            passed = ["--runs", str(RUNS), *passed]
         paths, out = [], args.out or DEFAULT_OUT
         out.mkdir(parents=True, exist_ok=True)
         for i in range(args.repeat):
