@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import tegrad as tg
+from tegrad.backends.cpu.compiler import compiler
 from tegrad.backends.numpy_eval import evaluate_compute
 from tegrad.backends.numpy_kernels import _regions, run_kernel
 from tegrad.ir.expr import Binary
@@ -762,7 +763,9 @@ def _shared_products(g: int, read_h=lambda H, t, n, j: H[t + 1, n, j]):
     return [G, X, H], A, B
 
 
-@pytest.mark.parametrize("target", ["numpy", "cpu"])
+@pytest.mark.parametrize("target", [
+    "numpy", pytest.param("cpu", marks=pytest.mark.skipif(compiler() is None,
+                                                          reason="no C compiler"))])
 def test_products_of_one_operand_are_made_as_one(target):
     """``G`` read by both products (more than the merged copies move): one product over
     ``X`` and ``H`` side by side, then the two slices (``lower/merge.py``)."""
