@@ -250,6 +250,7 @@ class CpuProgram:
         self.hooked = blas_threads_shared() or any(
             step is None or kernel.kind == "scan"
             for kernel, step in zip(self.plan.kernels, self.steps, strict=True))
+        self.hooks = compiled_hooks(_THREADS, self.pool)  # (made once, not per run)
         if top:
             unit.load()
 
@@ -260,7 +261,7 @@ class CpuProgram:
         if self.hooked:
             # products and layout copies on the same threads (gemm.py, copy.py),
             # contraction outputs from the pool
-            with hooks(*compiled_hooks(_THREADS, self.pool)), \
+            with hooks(*self.hooks), \
                     one_blas_thread():  # one thread pool: see gemm.py
                 results = self._run_kernels(feed)
         else:
