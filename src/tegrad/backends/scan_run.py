@@ -64,7 +64,7 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     def target(n: int, t: int) -> np.ndarray | None:
         array, a, b = lines[n]
         r = a * t + b
-        return array[r] if 0 <= r < array.shape[0] else None
+        return _row(array, r) if 0 <= r < array.shape[0] else None
 
     stepper.run(op.init_rows, op.length, lambda n, r: _row(histories[n], r), target,
                 (histories, lines))
@@ -204,13 +204,13 @@ class _Checkpoints:
 
         def read(n: int, r: int):
             if n in whole:
-                return whole[n][r]
+                return _row(whole[n], r)
             if r >= start:
-                return buffers[n][r - start]
+                return _row(buffers[n], r - start)
             if r < self.op.init_rows:
-                return self.init[n][r]
+                return _row(self.init[n], r)
             rows = restart[n]
-            return rows[r - (start - len(rows))]
+            return _row(rows, r - (start - len(rows)))
 
         return read
 
@@ -224,20 +224,20 @@ class _Checkpoints:
 
         def target(n: int, t: int) -> np.ndarray | None:
             if n in buffers:
-                return buffers[n][t - start]
+                return _row(buffers[n], t - start)
             if not forward:  # a recompute: states kept whole and kept step values
                 return None  # were written by the forward run
             if n < states:
-                return whole[n][t]
+                return _row(whole[n], t)
             r = self.rows[n - states](t)
-            return None if r is None else kept[n - states][r]
+            return None if r is None else _row(kept[n - states], r)
 
         self.stepper.run(start, stop, self._reader(j, buffers), target)
         return buffers
 
     def row(self, n: int, r: int) -> np.ndarray:
         if r < self.op.init_rows:
-            return self.init[n][r]
+            return _row(self.init[n], r)
         j = self.segments.of_row(r)
         buffers = self.cache.get(j)
         if buffers is None:
@@ -249,7 +249,7 @@ class _Checkpoints:
                 self.cache.popitem(last=False)
         else:
             self.cache.move_to_end(j)
-        return buffers[n][r - self.segments.bounds(j)[0]]
+        return _row(buffers[n], r - self.segments.bounds(j)[0])
 
     def stored_bytes(self, n: int) -> int:
         held = [self.init[n], *(rows[n] for rows in self.restart),

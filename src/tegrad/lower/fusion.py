@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 
+from ..ir import dtype as dt
 from ..ir.affine import single_bound
-from ..ir.expr import Expr, Read, Reduce, Select, split_conjunction
+from ..ir.expr import Binary, Cast, Expr, Read, Reduce, Select, Unary, split_conjunction
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
     children,
@@ -87,6 +88,9 @@ def fuse(p: Plan) -> Plan:
         if not consumers or not _worth_inlining(bodies[producer], producer,
                                                 [bodies[c] for c in consumers]):
             continue
+        if not _exact(bodies[producer].body) and any(
+                _compared(bodies[c].body, producer) for c in consumers):
+            continue
         source = bodies[producer]
         for c in consumers:
             body = inline(bodies[c].body, producer, source)
@@ -100,6 +104,29 @@ def fuse(p: Plan) -> Plan:
             kept = tuple(t for t in parts[k.tensor] if t not in inlined)  # (for describe)
             kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], kept)))
     return Plan(kernels, p.outputs, p.notes)
+
+
+def _compared(body: Expr, producer: Compute) -> bool:
+    """Whether ``body`` tests a value of ``producer`` for equality (``P[j] == max_k P[k]``,
+    the ties of a max reduction's gradient)."""
+    def read_of(e: Expr) -> bool:
+        while isinstance(e, Cast):
+            e = e.a
+        return isinstance(e, Read) and e.tensor is producer
+
+    return any(isinstance(x, Binary) and x.op in ("eq", "ne") and (read_of(x.a) or read_of(x.b))
+               for x in walk(body))
+
+
+def _exact(body: Expr) -> bool:
+    """Whether evaluating ``body`` again gives the same bits wherever it is compiled: no
+    arithmetic, only reads, selects and constants. A producer compared for equality is
+    inlined only then: ``tanh`` in a vectorized loop (libmvec) and in a scalar one (libm)
+    can differ in the last bit, and a contraction into a fused multiply-add depends on
+    the expression around it, so a recomputed ``P[j]`` may miss the ``max_k P[k]`` that
+    another kernel computed from other copies of ``P``, and lose the gradient there."""
+    return not any(isinstance(x, (Unary, Binary, Cast, Reduce)) and dt.is_float(x.dtype)
+                   for x in walk(body))
 
 
 def worth_blas(c: Contraction) -> bool:

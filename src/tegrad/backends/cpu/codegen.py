@@ -119,6 +119,7 @@ class KernelSource(ReductionEmitter):
         self.cache_read: dict = {}  # its twin in the output loop -> (buffer, axis)
         self.written: set = set()  # buffers some emitted loop writes
         self.safe_memo: dict = {}
+        self.clamping = False  # reads at clamped indices (a branch-free select's branch)
         self.root = Block()
         self.stack = [self.root]
         self.text = self._function(body_of)
@@ -457,6 +458,8 @@ class KernelSource(ReductionEmitter):
         return 0
 
     def safe(self, e: Expr) -> bool:
+        if self.clamping:  # (every read is at an index clamped into its tensor)
+            return True
         found = self.safe_memo.get(e)
         if found is None:
             found = self.safe_memo[e] = reads_in_bounds(e)
@@ -525,6 +528,8 @@ class KernelSource(ReductionEmitter):
                     f"{shape[axis]}L) {{ if (!err[0]) {{ err[0] = {len(self.gathers)}; "
                     f"err[1] = {checked}; }} {checked} = 0; }}")
                 ix = checked
+            elif self.clamping and not _within(index, shape[axis]):
+                ix = f"tg_imin(tg_imax({ix}, 0L), {shape[axis] - 1}L)"
             stride = math.prod(shape[axis + 1:])
             terms.append(f"(long)({ix}) * {stride}L" if stride != 1 else f"(long)({ix})")
         return self.emit(e, f"{self.arg(e.tensor)}[{' + '.join(terms) or '0'}]")
@@ -535,6 +540,13 @@ class KernelSource(ReductionEmitter):
         cond = self.value(e.cond)
         if self.unguarded(e.a) and self.unguarded(e.b):
             return self.emit(e, f"({cond} ? {self.value(e.a)} : {self.value(e.b)})")
+        if self.clampable(e.a) and self.clampable(e.b):
+            saved, self.clamping = self.clamping, True
+            try:
+                a, b = self.value(e.a), self.value(e.b)
+            finally:
+                self.clamping = saved
+            return self.emit(e, f"({cond} ? {a} : {b})")
         name = self.fresh()
         ctype = LOCAL_CTYPE[e.dtype]
         here = self.stack[-1]
@@ -562,6 +574,18 @@ class KernelSource(ReductionEmitter):
         return self.safe(e) and reduction_width(e) <= UNROLL and all(
             r.where is None for r in walk(e) if isinstance(r, Reduce))
 
+    def clampable(self, e: Expr) -> bool:
+        """``e`` may be evaluated branch-free with its reads at indices clamped into their
+        tensors (the value is discarded where they would leave it): its reads are affine
+        (a gather's index is checked, so it stays in its branch) and its reductions small
+        windows without a ``where``. A padding's read ``select(0 <= i - 1, U[i - 1], 0)``
+        is then no branch: gcc 12 miscompiles some loops whose branches it turns into
+        masked loads (see the module header)."""
+        return reduction_width(e) <= UNROLL and all(
+            (isinstance(x, Reduce) and x.where is None)
+            or (isinstance(x, Read) and all(is_pure_index(i) for i in x.indices))
+            or not isinstance(x, (Reduce, Read)) for x in walk(e))
+
     # reductions ---------------------------------------------------------------------------
 
 
@@ -575,6 +599,13 @@ def _work_per_point(body: Expr) -> int:
 
 def _index(blocks: list, block) -> int:
     return next((k for k, b in enumerate(blocks) if b is block), -1)
+
+
+def _within(index: Expr, n: int) -> bool:
+    """Whether an index expression stays in ``[0, n)`` over its variables' ranges."""
+    iv = interval(index)
+    return iv is not None and iv[0] is not None and iv[1] is not None and 0 <= iv[0] \
+        and iv[1] < n
 
 
 def _plain_division(e: Binary) -> bool:

@@ -1,0 +1,714 @@
+"""Differential testing of the compiled target against the NumPy reference.
+
+A seed gives one random program (``random_program(seed)``), built from the steps that
+real operators chain and that the compiled target's passes treat specially:
+
+* fused elementwise producers (``tanh``, ``sqrt(x^2 + 1)``, ``x^2 - x``, ...) read once or
+  several times, at different index maps (a flip beside the identity);
+* guards: padding ``if_then_else(all(i >= p, i < n + p), U[i - p], c)``, concatenation
+  ``if_then_else(i < n, A[i], B[i - n])``, selects on index conditions;
+* index maps: slices, strided rows ``U[s i + o]``, flips, transposes, upsampling
+  ``U[i // 2]``, tiling ``U[i % n]``, clamps, broadcasts, windows ``U[i + k - 1]``;
+* reductions (sum, max, min, with and without ``where``), softmax and log-sum-exp
+  chains (as one compute or as four), products (contractions), gathers through an
+  integer index tensor, and scans (recurrences over the first axis);
+* float64 and float32, at small odd shapes (every dimension 1-7).
+
+``compare(seed, settings)`` builds the program's outputs (its last tensor, an
+intermediate one and the gradient of the last with respect to every float input) on
+both targets and compares them. Values may differ by rounding (libmvec against NumPy,
+summation order), amplified where the program is ill conditioned: the allowed
+difference is the largest of a floor (``RTOL``), ``CONDITION`` times what the reference
+itself moves when its inputs move by a few ulps, and for float32 programs ``ROUNDING``
+times the reference's distance from the same program in float64 (``1 - tanh(x)^2`` near
+saturation is all rounding in float32). A wrong kernel is off by O(1).
+
+``SETTINGS`` names every switch of the compiled target's optimisations (those
+``benchmarks/bench_ab.py`` turns off, and the code generator's own), each with the
+values that force it on at these small sizes and that turn it off; ``compare`` runs a
+program under any choice of them.
+
+Run many programs (each worker a process of its own; the compiled kernels go to a
+temporary cache)::
+
+    .venv/bin/python tests/differential.py --count 10000 --jobs 2
+    .venv/bin/python tests/differential.py --seed 4711 --show     # one program
+
+``tests/test_differential.py`` runs a few hundred in the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import tegrad as tg
+
+MAX_DIM = 7
+MAX_SIZE = 120  # elements per tensor
+RTOL = {"float64": 1e-9, "float32": 2e-4}
+CONDITION = 100.0
+ROUNDING = 8.0  # times a float32 program's distance from its float64 twin
+
+# name -> (patches that force the optimisation on, patches that turn it off); a patch is
+# (module, attribute, value). Values "on" are chosen so that the small programs here
+# reach the optimised path (a size threshold at 0); "off" as bench_ab.py turns them off.
+_CODEGEN = "tegrad.backends.cpu.codegen"
+_KERNELS = "tegrad.backends.numpy_kernels"
+SETTINGS = {
+    "stream": ([(_CODEGEN, "STREAM_BYTES", 0), (_CODEGEN, "STREAM_TRAFFIC_BYTES", 0),
+                (_CODEGEN, "STAGE_MIN_BYTES", 0), (_CODEGEN, "PARALLEL_WORK", 0)],
+               [(_CODEGEN, "STREAM_BYTES", 1 << 62)]),
+    "rows": ([("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 1 << 20)],
+             [("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0)]),
+    "phases": ([(_KERNELS, "MIN_PHASES", 2)], [(_KERNELS, "MIN_PHASES", 1 << 30)]),
+    "widen": ([("tegrad.lower.contraction", "MAX_WIDENED_STEP", 2)],
+              [("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1)]),
+    "overlap": ([(_KERNELS, "OVERLAP_BYTES", 24 << 20)], [(_KERNELS, "OVERLAP_BYTES", 0)]),
+    "merge": ([("tegrad.lower.merge", "MERGE_PRODUCTS", True)],
+              [("tegrad.lower.merge", "MERGE_PRODUCTS", False)]),
+    "unread": ([("tegrad.backends.numpy_backend", "FREE_UNREAD", True)],
+               [("tegrad.backends.numpy_backend", "FREE_UNREAD", False)]),
+    "keep": ([("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", True)],
+             [("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)]),
+    # the code generator's and the runtime's own
+    "parallel": ([(_CODEGEN, "PARALLEL_WORK", 0)], [(_CODEGEN, "PARALLEL_WORK", 1 << 62)]),
+    "unroll": ([("tegrad.backends.cpu.reduction", "UNROLL", 16), (_CODEGEN, "UNROLL", 16)],
+               [("tegrad.backends.cpu.reduction", "UNROLL", 0), (_CODEGEN, "UNROLL", 0)]),
+    "row_cache": ([("tegrad.backends.cpu.row_cache", "MAX_BUFFERS", 4)],
+                  [("tegrad.backends.cpu.row_cache", "MAX_BUFFERS", 0)]),
+    "regions": ([("tegrad.backends.cpu.kernel_facts", "MAX_REGIONS", 8)],
+                [("tegrad.backends.cpu.kernel_facts", "MAX_REGIONS", 0)]),
+    "inline": ([("tegrad.lower.fusion", "MAX_RATIO", 2.0),
+                ("tegrad.lower.fusion", "MAX_CHEAP_RATIO", 9.0)],
+               [("tegrad.lower.fusion", "MAX_RATIO", 1.0),
+                ("tegrad.lower.fusion", "MAX_CHEAP_RATIO", 1.0)]),
+    "copies": ([("tegrad.backends.cpu.copy", "MIN_ELEMENTS", 0),
+                ("tegrad.backends.cpu.copy", "MIN_TRANSPOSE", 0)],
+               [("tegrad.backends.cpu.copy", "MIN_ELEMENTS", 1 << 62),
+                ("tegrad.backends.cpu.copy", "MIN_TRANSPOSE", 1 << 62)]),
+    "pool": ([("tegrad.backends.cpu.buffers", "MIN_BYTES", 0),
+              ("tegrad.backends.cpu.program", "MIN_BYTES", 0)],
+             [("tegrad.backends.cpu.buffers", "MIN_BYTES", 1 << 62),
+              ("tegrad.backends.cpu.program", "MIN_BYTES", 1 << 62)]),
+}
+
+
+@contextlib.contextmanager
+def applied(choice: dict[str, bool]):
+    """Module attributes set as ``choice`` (setting name -> on) says, restored after."""
+    saved = []
+    try:
+        for name, on in choice.items():
+            for module_name, attribute, value in SETTINGS[name][0 if on else 1]:
+                module = importlib.import_module(module_name)
+                saved.append((module, attribute, getattr(module, attribute)))
+                setattr(module, attribute, value)
+        yield
+    finally:
+        for module, attribute, value in reversed(saved):
+            setattr(module, attribute, value)
+
+
+def random_choice(rng: np.random.Generator) -> dict[str, bool]:
+    """Every setting on or off at random (each way about half of the programs)."""
+    return {name: bool(rng.integers(2)) for name in SETTINGS}
+
+
+# ---------------------------------------------------------------------------
+# the generator
+
+
+@dataclass
+class Program:
+    seed: int
+    dtype: str
+    inputs: list = field(default_factory=list)  # placeholders, in call order
+    values: list = field(default_factory=list)  # an array per input
+    tensors: list = field(default_factory=list)  # float tensors made, in order
+    steps: list = field(default_factory=list)  # the step names, for the report
+
+    @property
+    def output(self):
+        return self.tensors[-1]
+
+    def describe(self) -> str:
+        ins = ", ".join(f"{p.name}{p.shape} {p.dtype}" for p in self.inputs)
+        return (f"seed {self.seed}: {self.dtype}, inputs {ins}; steps {' -> '.join(self.steps)}"
+                f"\n{self.output}")
+
+
+class _Builder:
+    """Random steps over the tensors made so far (``program.tensors``)."""
+
+    def __init__(self, seed: int, dtype: str | None = None):
+        self.rng = np.random.default_rng(seed)
+        drawn = "float32" if self.rng.random() < 0.25 else "float64"
+        self.p = Program(seed, dtype or drawn)
+        self.names = iter(f"T{k}" for k in range(1000))
+
+    # -- helpers --------------------------------------------------------------
+    def pick(self, options):
+        return options[int(self.rng.integers(len(options)))]
+
+    def dim(self, lo: int = 1) -> int:
+        # odd sizes first: they leave remainders everywhere (vector tails, residues)
+        return int(self.pick([1, 2, 3, 3, 5, 5, 7, 4, 6][lo - 1:] or [lo]))
+
+    def shape(self, ndim: int | None = None) -> tuple:
+        ndim = int(self.rng.integers(1, 4)) if ndim is None else ndim
+        dims: list[int] = []
+        for _ in range(ndim):
+            limit = max(1, min(MAX_DIM, MAX_SIZE // max(1, math.prod(dims))))
+            dims.append(min(self.dim(), limit))
+        return tuple(dims)
+
+    def placeholder(self, shape, dtype=None, values=None):
+        dtype = dtype or self.p.dtype
+        name = "XYZWVUTSRQ"[len(self.p.inputs)] if len(self.p.inputs) < 10 else "P"
+        x = tg.placeholder(shape, dtype, name=name)
+        if values is None:
+            values = self.rng.uniform(-1.5, 1.5, shape).astype(dtype, copy=False)
+        self.p.inputs.append(x)
+        self.p.values.append(values)
+        return x
+
+    def made(self, t, step: str):
+        self.p.tensors.append(t)
+        self.p.steps.append(step)
+        return t
+
+    def source(self):
+        """A tensor to read: the newest most often."""
+        ts = self.p.tensors
+        return ts[-1] if self.rng.random() < 0.6 else self.pick(ts)
+
+    def compute(self, shape, body, step: str):
+        return self.made(tg.compute(shape, body, name=next(self.names)), step)
+
+    # -- elementwise ------------------------------------------------------------
+    def unary(self, e):
+        kind = self.pick(["tanh", "sigmoid", "sqrt", "square_minus", "exp_tanh", "sin",
+                          "rational", "relu", "abs", "neg_scale", "log1p_sq"])
+        if kind == "tanh":
+            return tg.tanh(e)
+        if kind == "sigmoid":
+            return tg.sigmoid(e)
+        if kind == "sqrt":
+            return tg.sqrt(e * e + 1.0)
+        if kind == "square_minus":
+            return e * e - e
+        if kind == "exp_tanh":
+            return tg.exp(tg.tanh(e))
+        if kind == "sin":
+            return tg.sin(3.0 * tg.tanh(e))
+        if kind == "rational":
+            return e / (1.0 + e * e)
+        if kind == "relu":
+            return tg.maximum(e, 0.25)
+        if kind == "abs":
+            return tg.abs(e) + 0.5 * e
+        if kind == "log1p_sq":
+            return tg.log1p(e * e)
+        return -1.5 * e
+
+    def step_unary(self):
+        u = self.source()
+        return self.compute(u.shape, lambda *i: self.unary(u[i]), "unary")
+
+    def step_reads_twice(self):
+        """A producer read at two index maps (a flip along one axis) and squared."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = int(self.rng.integers(len(u.shape)))
+        n = u.shape[axis]
+
+        def body(*i):
+            flipped = tuple(n - 1 - v if a == axis else v for a, v in enumerate(i))
+            return u[i] * u[i] + tg.tanh(u[flipped]) * u[i]
+        return self.compute(u.shape, body, "reads_twice")
+
+    def step_binary(self):
+        a = self.source()
+        b = self.pick(self.p.tensors)
+        op = self.pick(["add", "mul", "sub", "max", "min", "div"])
+
+        def body(*i):
+            x, y = a[i], self.broadcast_read(b, i, a.shape)
+            if op == "add":
+                return x + y
+            if op == "mul":
+                return x * y
+            if op == "sub":
+                return x - 0.5 * y
+            if op == "max":
+                return tg.maximum(x, y)
+            if op == "min":
+                return tg.minimum(x, y)
+            return x / (1.0 + y * y)
+        return self.compute(a.shape, body, f"binary_{op}")
+
+    def broadcast_read(self, b, axes, shape):
+        """``b`` read from the axes of ``shape``: each of its dimensions takes an axis of
+        equal extent, else one wrapped (``%``) or clamped into range, else an index 0."""
+        idx = []
+        for k, n in enumerate(b.shape):
+            same = [a for a, m in enumerate(shape) if m == n]
+            if same and self.rng.random() < 0.8:
+                idx.append(axes[self.pick(same)])
+            elif axes and self.rng.random() < 0.7:
+                v = axes[int(self.rng.integers(len(axes)))]
+                idx.append(v % n if self.rng.random() < 0.5 else tg.minimum(v, n - 1))
+            else:
+                idx.append(min(k, n - 1))
+        return b[tuple(idx)]
+
+    # -- index maps ---------------------------------------------------------------
+    def axis_of(self, u) -> int:
+        return int(self.rng.integers(len(u.shape)))
+
+    def remap(self, u, axis: int, extent: int, index, step: str):
+        """``out[.., i, ..] = u[.., index(i), ..]`` along ``axis``, of extent ``extent``."""
+        shape = u.shape[:axis] + (extent,) + u.shape[axis + 1:]
+        return self.compute(
+            shape, lambda *i: u[i[:axis] + (index(i[axis]),) + i[axis + 1:]], step)
+
+    def step_pad(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis, n = self.axis_of(u), None
+        n = u.shape[axis]
+        lo, hi = int(self.rng.integers(0, 3)), int(self.rng.integers(0, 3))
+        lo = lo or (0 if hi else 1)
+        value = float(self.pick([0.0, 0.0, 0.5, -1.0]))
+        shape = u.shape[:axis] + (n + lo + hi,) + u.shape[axis + 1:]
+
+        def body(*i):
+            v = i[axis]
+            read = u[i[:axis] + (v - lo,) + i[axis + 1:]]
+            return tg.if_then_else(tg.all(v >= lo, v < n + lo), read, value)
+        return self.compute(shape, body, f"pad{lo},{hi}")
+
+    def step_concat(self):
+        a = self.source()
+        if not a.shape:
+            return self.step_unary()
+        axis = self.axis_of(a)
+        b = self.pick([t for t in self.p.tensors if t.shape[:axis] == a.shape[:axis]
+                       and t.shape[axis + 1:] == a.shape[axis + 1:]
+                       and len(t.shape) == len(a.shape)])
+        n, m = a.shape[axis], b.shape[axis]
+        shape = a.shape[:axis] + (n + m,) + a.shape[axis + 1:]
+
+        def body(*i):
+            v = i[axis]
+            first = a[i[:axis] + (tg.minimum(v, n - 1),) + i[axis + 1:]]
+            second = b[i[:axis] + (tg.maximum(v - n, 0),) + i[axis + 1:]]
+            return tg.if_then_else(v < n, first, self.unary(second))
+        return self.compute(shape, body, "concat")
+
+    def step_slice(self):
+        u = self.source()
+        if not u.shape or max(u.shape) < 2:
+            return self.step_pad()
+        axis = self.pick([a for a, n in enumerate(u.shape) if n >= 2])
+        n = u.shape[axis]
+        start = int(self.rng.integers(0, n))
+        stop = int(self.rng.integers(start + 1, n + 1))
+        return self.remap(u, axis, stop - start, lambda v: v + start, f"slice{start}:{stop}")
+
+    def step_strided(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        stride = int(self.rng.integers(2, 4))
+        offset = int(self.rng.integers(0, min(stride, n)))
+        extent = (n - 1 - offset) // stride + 1
+        return self.remap(u, axis, extent, lambda v: stride * v + offset,
+                          f"rows{stride}i+{offset}")
+
+    def step_flip(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        return self.remap(u, axis, n, lambda v: n - 1 - v, "flip")
+
+    def step_upsample(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        factor = int(self.rng.integers(2, 4))
+        if n * factor * math.prod(u.shape) // n > MAX_SIZE:
+            return self.step_flip()
+        if self.rng.random() < 0.5:
+            return self.remap(u, axis, n * factor, lambda v: v // factor, f"upsample{factor}")
+        return self.remap(u, axis, n * factor, lambda v: (v + 1) % n, f"tile{factor}")
+
+    def step_clamp(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        shift = int(self.rng.integers(-2, 3))
+        return self.remap(u, axis, n,
+                          lambda v: tg.minimum(tg.maximum(v + shift, 0), n - 1),
+                          f"clamp{shift:+d}")
+
+    def step_transpose(self):
+        u = self.source()
+        if len(u.shape) < 2:
+            return self.step_reads_twice()
+        perm = list(self.rng.permutation(len(u.shape)))
+        if perm == sorted(perm):
+            perm = perm[::-1]
+        shape = tuple(u.shape[p] for p in perm)
+
+        def body(*i):
+            idx = [None] * len(perm)
+            for k, p in enumerate(perm):
+                idx[p] = i[k]
+            return u[tuple(idx)]
+        return self.compute(shape, body, f"transpose{tuple(int(p) for p in perm)}")
+
+    def step_select(self):
+        """A select on an index condition between two fused values."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        kind = self.pick(["lt", "even", "diag"])
+
+        def body(*i):
+            v = i[axis]
+            if kind == "lt":
+                cond = v < int(self.rng.integers(0, n + 1))
+            elif kind == "even":
+                cond = tg.equal(v % 2, 0)
+            else:
+                cond = v <= i[0]
+            return tg.if_then_else(cond, self.unary(u[i]), u[i] * 0.5)
+        return self.compute(u.shape, body, f"select_{kind}")
+
+    # -- reductions -----------------------------------------------------------------
+    def step_reduce(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        kind = self.pick(["sum", "sum", "max", "min", "sum_where"])
+        keep = self.rng.random() < 0.3
+        shape = u.shape[:axis] + ((1,) if keep else ()) + u.shape[axis + 1:]
+
+        def body(*i):
+            k = tg.reduce_axis(n)
+            outer = i[:axis] + i[axis + 1:] if keep else i
+            rest = outer[:axis] + (k,) + outer[axis:] if not keep else \
+                i[:axis] + (k,) + i[axis + 1:]
+            src = u[rest]
+            if kind == "sum_where" and outer:
+                return tg.sum(src * src, axis=k, where=k <= outer[0])
+            if kind in ("max", "min"):
+                return getattr(tg, kind)(src, axis=k)
+            return tg.sum(self.unary(src), axis=k)
+        return self.compute(shape, body, f"reduce_{kind}{'_keep' if keep else ''}")
+
+    def step_softmax(self):
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        shape = u.shape
+        reduced = shape[:axis] + shape[axis + 1:]
+
+        def along(i, k):
+            return i[:axis] + (k,) + i[axis:]
+
+        def drop(i):
+            return i[:axis] + i[axis + 1:]
+
+        style = self.pick(["one", "chain", "logsumexp"])
+        if style == "one":  # max, exp and sum inside one compute
+            def body(*i):
+                k, k2 = tg.reduce_axis(n), tg.reduce_axis(n)
+                m = tg.max(u[along(drop(i), k)], axis=k)
+                s = tg.sum(tg.exp(u[along(drop(i), k2)] - m), axis=k2)
+                return tg.exp(u[i] - m) / s
+            return self.compute(shape, body, "softmax_one")
+        k = tg.reduce_axis(n)
+        m = self.compute(reduced, lambda *r: tg.max(u[along(r, k)], axis=k), "max")
+        if style == "logsumexp":
+            k2 = tg.reduce_axis(n)
+            return self.compute(
+                reduced, lambda *r: tg.log(tg.sum(tg.exp(u[along(r, k2)] - m[r]), axis=k2))
+                + m[r], "logsumexp")
+        e = self.compute(shape, lambda *i: tg.exp(u[i] - m[drop(i)]), "exp")
+        k3 = tg.reduce_axis(n)
+        s = self.compute(reduced, lambda *r: tg.sum(e[along(r, k3)], axis=k3), "sum")
+        return self.compute(shape, lambda *i: e[i] / s[drop(i)], "divide")
+
+    def step_window(self):
+        """``out[i] = sum_k w[k] u[i + k - c]`` over a window, guarded at the edges (a
+        convolution along one axis), with a weight input or constants."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        width = int(self.rng.integers(1, 4))
+        centre = int(self.rng.integers(0, width))
+        w = self.placeholder((width,)) if self.rng.random() < 0.6 else None
+        guard = self.pick(["where", "select"])
+
+        def body(*i):
+            k = tg.reduce_axis(width)
+            at = i[axis] + k - centre
+            read = u[i[:axis] + (at,) + i[axis + 1:]]
+            weight = w[k] if w is not None else 1.0 + 0.5 * tg.cast(k, self.p.dtype)
+            inside = tg.all(at >= 0, at < n)
+            if guard == "where":
+                return tg.sum(weight * read, axis=k, where=inside)
+            return tg.sum(tg.if_then_else(inside, weight * read, 0.0), axis=k)
+        return self.compute(u.shape, body, f"window{width}_{guard}")
+
+    def step_matmul(self):
+        """A product with a new weight along the last axis (a contraction)."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        n = u.shape[-1]
+        m = self.dim()
+        if math.prod(u.shape[:-1]) * m > MAX_SIZE:
+            m = 1
+        w = self.placeholder((n, m) if self.rng.random() < 0.5 else (m, n))
+        transposed = w.shape[0] == m and w.shape != (n, m)
+
+        def body(*i):
+            k = tg.reduce_axis(n)
+            weight = w[i[-1], k] if transposed else w[k, i[-1]]
+            return tg.sum(u[i[:-1] + (k,)] * weight, axis=k)
+        return self.compute(u.shape[:-1] + (m,), body, "matmul")
+
+    def step_gather(self):
+        """Rows of ``u`` picked by an integer index input (an embedding)."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        count = self.dim()
+        if math.prod(u.shape) // n * count > MAX_SIZE:
+            count = 1
+        ids = self.rng.integers(0, n, count).astype("int64")
+        idx = self.placeholder((count,), "int64", ids)
+        return self.remap(u, axis, count, lambda v: idx[v], "gather")
+
+    def step_scan(self):
+        """``s[t] = f(s[t - 1], u[t])`` along the first axis (a recurrence)."""
+        u = self.source()
+        if not u.shape or u.shape[0] < 2:
+            return self.step_unary()
+        shape = u.shape
+        rest = shape[1:]
+        s = tg.placeholder(shape, self.p.dtype, name=f"s{len(self.p.tensors)}")
+        init = tg.compute((1, *rest), lambda _, *i: tg.tanh(u[(0, *i)]), name=next(self.names))
+        kind = self.pick(["linear", "tanh", "gated"])
+
+        def update(t, *i):
+            prev, x = s[(t - 1, *i)], u[(t, *i)]
+            if kind == "linear":
+                return 0.5 * prev + x
+            if kind == "tanh":
+                return tg.tanh(0.8 * prev + x)
+            return tg.sigmoid(x) * prev + (1.0 - tg.sigmoid(x)) * tg.tanh(x)
+        step = tg.compute(shape, update, name=next(self.names))
+        return self.made(tg.scan(init, step, s, inputs=[u]), f"scan_{kind}")
+
+    STEPS = ("unary", "unary", "reads_twice", "binary", "pad", "pad", "pad", "concat",
+             "slice", "strided", "flip", "upsample", "clamp", "transpose", "transpose",
+             "select", "reduce", "reduce", "softmax", "window", "matmul", "gather", "scan")
+
+    def build(self) -> Program:
+        self.placeholder(self.shape())
+        if self.rng.random() < 0.3:
+            self.placeholder(self.shape())
+        # the first steps read the inputs (as float tensors)
+        first = self.p.inputs[0]
+        self.compute(first.shape, lambda *i: self.unary(first[i]), "unary")
+        if len(self.p.inputs) > 1:
+            self.p.tensors.append(self.p.inputs[1])
+            self.p.steps.append("input")
+        for _ in range(int(self.rng.integers(1, 6))):
+            getattr(self, f"step_{self.pick(self.STEPS)}")()
+        return self.p
+
+
+def random_program(seed: int, dtype: str | None = None) -> Program:
+    """Program ``seed``; ``dtype`` given: the same program in that float dtype (its
+    inputs drawn in float64 and rounded to it)."""
+    return _Builder(seed, dtype).build()
+
+
+# ---------------------------------------------------------------------------
+# comparing the targets
+
+
+@dataclass
+class Outcome:
+    seed: int
+    ok: bool
+    what: str = ""  # the first disagreement, or the error
+
+
+def _outputs(p: Program):
+    floats = [x for x in p.inputs if x.dtype == p.dtype]
+    head = tg.placeholder(p.output.shape, p.dtype, name="H")
+    grads = tg.gradient(p.output, floats, head=head)
+    middle = p.tensors[len(p.tensors) // 2]
+    outputs = [p.output, *grads] + ([middle] if middle is not p.output else [])
+    names = ["output", *(f"d{x.name}" for x in floats)] + (["middle"] if len(outputs) >
+                                                             1 + len(floats) else [])
+    return [*p.inputs, head], outputs, names
+
+
+def _nudged(values, rng):
+    return [v * (1 + 4 * np.finfo(v.dtype).eps * rng.uniform(-1, 1, v.shape)).astype(v.dtype)
+            if v.dtype.kind == "f" else v for v in values]
+
+
+def _difference(got, want) -> float:
+    """The largest difference over the finite values of ``want``, as a fraction of its
+    largest magnitude (infinite where the non-finite values differ)."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    finite = np.isfinite(want)
+    if not np.array_equal(np.where(finite, 0.0, got), np.where(finite, 0.0, want),
+                          equal_nan=True):
+        return math.inf
+    scale = max(float(np.max(np.abs(want[finite]), initial=0.0)), 1e-300)
+    return float(np.max(np.abs(got[finite] - want[finite]), initial=0.0)) / scale
+
+
+def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
+    """Program ``seed`` on the cpu target (under ``choice`` of ``SETTINGS``) against the
+    NumPy reference: forward, an intermediate value and every gradient."""
+    p = random_program(seed)
+    inputs, outputs, names = _outputs(p)
+    rng = np.random.default_rng(seed + 1)
+    head = rng.standard_normal(p.output.shape).astype(p.dtype)
+    feed = [*p.values, head]
+    reference = tg.build(inputs, outputs, target="numpy")
+    want = reference(*feed)
+    moved = reference(*_nudged(feed, rng))
+    exact = want
+    if p.dtype != "float64":  # the program's own rounding: its float64 twin
+        wide = random_program(seed, "float64")
+        wide_inputs, wide_outputs, _ = _outputs(wide)
+        exact = tg.build(wide_inputs, wide_outputs, target="numpy")(
+            *wide.values, head.astype("float64"))
+    try:
+        with applied(choice or {}):
+            got = tg.build(inputs, outputs, target="cpu")(*feed)
+    except Exception as error:  # noqa: BLE001 - reported with the program
+        return Outcome(seed, False, f"cpu target raised {type(error).__name__}: {error}")
+    for name, g, w, m, x in zip(names, got, want, moved, exact, strict=True):
+        if np.shape(g) != np.shape(w) or np.asarray(g).dtype != np.asarray(w).dtype:
+            return Outcome(seed, False, f"{name}: shape/dtype {np.shape(g)} "
+                           f"{np.asarray(g).dtype}, reference {np.shape(w)} "
+                           f"{np.asarray(w).dtype}")
+        allowed = max(RTOL[p.dtype], CONDITION * _difference(m, w),
+                      ROUNDING * _difference(w, x))
+        diff = _difference(g, w)
+        if not diff <= allowed:
+            return Outcome(seed, False, f"{name}: scaled difference {diff:.3g} "
+                           f"(allowed {allowed:.3g})")
+    return Outcome(seed, True)
+
+
+# ---------------------------------------------------------------------------
+# many programs, from the command line
+
+
+def _run_one(job):
+    seed, mode = job
+    choice = (random_choice(np.random.default_rng([seed, 7])) if mode == "random"
+              else {} if mode == "default" else {name: mode == "on" for name in SETTINGS})
+    try:
+        return compare(seed, choice), choice
+    except Exception:  # noqa: BLE001 - a generator or reference failure, reported
+        return Outcome(seed, False, "reference or generator failed:\n"
+                       + traceback.format_exc(limit=4)), choice
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=1000)
+    parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--seed", type=int, help="run this one program")
+    parser.add_argument("--show", action="store_true", help="print the program")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--settings", choices=["random", "default", "on", "off"],
+                        default="random",
+                        help="random: every setting drawn per program (default); default: "
+                             "as shipped; on/off: every setting forced on / off")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")
+    if args.seed is not None:
+        if args.show:
+            print(random_program(args.seed).describe())
+        outcome, choice = _run_one((args.seed, args.settings))
+        print("ok" if outcome.ok else f"FAIL: {outcome.what}")
+        print("settings:", {k: v for k, v in sorted(choice.items())})
+        return 0 if outcome.ok else 1
+    from multiprocessing import get_context
+
+    jobs = [(seed, args.settings) for seed in range(args.start, args.start + args.count)]
+    started = time.perf_counter()
+    failures, on_off = [], Counter()
+    with tempfile.TemporaryDirectory(prefix="tegrad-differential-") as cache:
+        os.environ.setdefault("TEGRAD_CACHE_DIR", cache)
+        with get_context("spawn").Pool(args.jobs, maxtasksperchild=200) as pool:
+            for k, (outcome, choice) in enumerate(pool.imap_unordered(_run_one, jobs,
+                                                                      chunksize=4)):
+                on_off.update(f"{name} {'on' if on else 'off'}" for name, on in choice.items())
+                if not outcome.ok:
+                    failures.append(outcome)
+                    print(f"FAIL seed {outcome.seed}: {outcome.what}", flush=True)
+                if (k + 1) % 500 == 0:
+                    print(f"{k + 1} programs, {len(failures)} disagreements, "
+                          f"{time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{len(jobs)} programs (seeds {args.start}-{args.start + args.count - 1}, settings "
+          f"{args.settings}): {len(failures)} disagreements, "
+          f"{time.perf_counter() - started:.0f} s on {args.jobs} processes")
+    if on_off:
+        print("programs per setting:", ", ".join(
+            f"{name} {on_off[name + ' on']}/{on_off[name + ' off']}" for name in SETTINGS),
+            "(on/off)")
+    for outcome in sorted(failures, key=lambda o: o.seed):
+        print(f"  seed {outcome.seed}: {outcome.what.splitlines()[0]}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
