@@ -5,6 +5,7 @@ from __future__ import annotations
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
 from .ir.disk_cache import remembered
+from .ir.scan import refuse_lag_reads
 from .ir.tensor import Tensor, compute
 from .simplify import simplify_compute
 from .simplify.common import CommonComputes
@@ -21,6 +22,7 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
     loads it from the disk cache (``ir/disk_cache.py``).
     """
     wrt = [inputs] if isinstance(inputs, Tensor) else inputs
+    refuse_lag_reads([output])
     return remembered("gradient", (output, wrt, head),
                       lambda: reverse.gradient(output, wrt, head,
                                                finish=CommonComputes(simplify_compute)))
@@ -28,6 +30,7 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:
     """Forward mode: the derivative of ``output`` along ``tangents``."""
+    refuse_lag_reads([output])
     return simplify_compute(_jvp(output, inputs, tangents))
 
 

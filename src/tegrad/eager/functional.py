@@ -9,7 +9,9 @@
 - ``jvp(fn, primals, tangents)``: forward mode on the traced graph (``tg.jvp``).
 
 Arguments may be Variables, NumPy arrays or Python numbers (floats become float32);
-results are Variables (``float(v)``, ``np.asarray(v)`` read them).
+those a gradient is taken with respect to must be floats (an integer one raises
+``NotDifferentiableError``, as ``tg.gradient`` does). Results are Variables
+(``float(v)``, ``np.asarray(v)`` read them).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ..errors import NotDifferentiableError
 from ..interop.graph import GraphFunction
+from ..ir.dtype import is_float
 from ..ir.tensor import placeholder
 from .dispatch import Tracer, run
 from .tape import GradientTape
@@ -45,6 +49,12 @@ def value_and_grad(fn: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     def wrapper(*args, **kwargs):
         xs = _variables(args)
         nums, single = _argnums(argnums, len(xs))
+        for k in nums:
+            if not is_float(xs[k].dtype):
+                raise NotDifferentiableError(
+                    f"grad: argument {k} of {getattr(fn, '__name__', 'fn')} is {xs[k].dtype} "
+                    f"(shape {xs[k].shape}); a gradient is taken with respect to float "
+                    "arguments only: pass floats (3.0, np.arange(3.0), or .astype('float32'))")
         with GradientTape(watch_accessed_variables=False) as tape:
             for k in nums:
                 tape.watch(xs[k])

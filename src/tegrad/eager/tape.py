@@ -25,7 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import NotDifferentiableError
 from ..interop.graph import GraphFunction
+from ..ir.dtype import is_float
 from .variable import Variable
 
 ACTIVE: list[GradientTape] = []
@@ -157,6 +159,11 @@ class GradientTape:
         self._used = True
         targets, _ = _flatten(target)
         source_list, form = _flatten(sources)
+        for k, s in enumerate(source_list):
+            if not is_float(s.dtype):
+                raise NotDifferentiableError(
+                    f"GradientTape.gradient: source {k} is {s.dtype} (shape {s.shape}); "
+                    "gradients are taken with respect to float Variables only")
         heads = self._heads(targets, output_gradients)
         paused = self._recording
         if paused:  # the backward pass itself is not recorded on this tape

@@ -41,6 +41,7 @@ from .affine import linearize
 from .expr import Expr, Read, Var, fresh_uid
 from .tensor import Compute, Placeholder, Tensor, make_compute, placeholder, unique_name
 from .traverse import substitute, tensors_read, topo_tensors, transform, walk
+from .verify import IRError
 
 # Computes whose verification found reads of a placeholder's earlier rows (``P[t - c]``
 # with ``t`` the first axis): valid only as scan updates (the scan runs them from row
@@ -56,6 +57,16 @@ STATE_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # ``autodiff/scan_rules.py``; a plan may have the scan keep those values instead
 # (``lower/saved_steps.py``).
 STEP_VALUES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def refuse_lag_reads(outputs, given=()) -> None:
+    """Raise the recorded error for a compute the outputs read outside a scan that reads a
+    placeholder's earlier row (``X[i - 1]`` at ``i = 0``, out of bounds). ``tg.compute``
+    cannot refuse it (a scan's update is written that way, before ``tg.scan`` is called),
+    so everything else that takes a graph (``tg.build``, ``tg.gradient``, ``tg.jvp``) does."""
+    for t in topo_tensors(list(outputs), stop=given):
+        if t in LAG_READS and t not in given:
+            raise IRError(LAG_READS[t][2])
 
 
 @dataclass(eq=False)

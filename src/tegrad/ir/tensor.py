@@ -177,6 +177,7 @@ def compute(shape, fcompute, name: str | None = None) -> Compute:
     name = name or unique_name("compute")
     axis_names = _axis_names(fcompute, len(shape))
     axes = tuple(Var.fresh(n, 0, s) for n, s in zip(axis_names, shape, strict=True))
+    _check_arity(fcompute, shape, name)
     body = as_expr(fcompute(*axes))
     tensor = make_compute(shape, axes, body, name)
     verify_compute(tensor)
@@ -187,6 +188,26 @@ def make_compute(shape, axes, body, name) -> Compute:
     """Build a compute without validation (for generated tensors that are valid by
     construction; the build step verifies them again)."""
     return Compute(tuple(shape), tuple(axes), body, name)
+
+
+def _check_arity(fcompute, shape: tuple, name: str) -> None:
+    """A ``fcompute`` that cannot take one index argument per axis of ``shape`` is refused
+    with the compute's name, its shape and the arity expected (not a bare TypeError from
+    inside the call)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fcompute)
+    except (TypeError, ValueError):  # (a builtin or a C callable: let the call decide)
+        return
+    try:
+        signature.bind(*range(len(shape)))
+    except TypeError as error:
+        raise TypeError(
+            f"tg.compute {name}: shape {shape} has {len(shape)} "
+            f"{'axis' if len(shape) == 1 else 'axes'}, so fcompute is called with "
+            f"{len(shape)} index argument(s), but {getattr(fcompute, '__name__', 'it')}"
+            f"{signature} does not take them ({error})") from None
 
 
 def _axis_names(fcompute, n: int) -> list[str]:

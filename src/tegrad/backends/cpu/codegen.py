@@ -581,10 +581,11 @@ class KernelSource(ReductionEmitter):
         windows without a ``where``. A padding's read ``select(0 <= i - 1, U[i - 1], 0)``
         is then no branch: gcc 12 miscompiles some loops whose branches it turns into
         masked loads (see the module header)."""
-        return reduction_width(e) <= UNROLL and all(
-            (isinstance(x, Reduce) and x.where is None)
-            or (isinstance(x, Read) and all(is_pure_index(i) for i in x.indices))
-            or not isinstance(x, (Reduce, Read)) for x in walk(e))
+        nodes = walk(e)
+        reduces = [x for x in nodes if isinstance(x, Reduce)]
+        return (not reduces or reduction_width(e) <= UNROLL) and all(
+            r.where is None for r in reduces) and all(
+            all(is_pure_index(i) for i in x.indices) for x in nodes if isinstance(x, Read))
 
     # reductions ---------------------------------------------------------------------------
 
