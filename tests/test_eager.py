@@ -318,7 +318,8 @@ def test_integer_operations_pass_through():
         k = tg.nn.argmax(x)
     assert j.dtype == "int64" and k.dtype == "int64" and int(k) == 3
     close(tape.gradient(y, x), [4.0, 0.0, 0.0, 8.0])  # x[0] read twice
-    assert tape.gradient(y, i) is None  # integers have no gradient
+    with pytest.raises(tg.NotDifferentiableError):  # integers have no gradient (issue 27:
+        tape.gradient(y, i)  # this returned None, with no word)
     assert tape.gradient(k, x) is None
 
 
@@ -799,3 +800,32 @@ def test_nn_op_and_its_backward_are_built_once():
     assert stats[2].misses == stats[1].misses
     assert stats[2].builds == stats[1].builds  # forward and VJP kernels reused
     assert stats[2].derivations == stats[1].derivations  # the VJP graph is derived once
+
+
+@pytest.mark.parametrize("arg", [np.arange(3), 3, np.array([1, 2], dtype="int32")],
+                         ids=["int64 array", "python int", "int32 array"])
+def test_grad_refuses_integer_arguments(arg):
+    """An integer argument has no gradient: raise as tg.gradient does, not zeros (issue 27)."""
+    with pytest.raises(tg.NotDifferentiableError, match="argument 0 .* int"):
+        tg.grad(lambda v: (v * v).sum())(arg)
+    with pytest.raises(tg.NotDifferentiableError):
+        tg.value_and_grad(lambda v: (v * v).sum())(arg)
+
+
+def test_grad_of_float_arguments_still_works():
+    np.testing.assert_allclose(np.asarray(tg.grad(lambda v: (v * v).sum())(np.arange(3.0))),
+                               [0.0, 2.0, 4.0])
+    assert float(tg.grad(lambda v: v * v)(3.0)) == 6.0
+
+
+def test_tape_refuses_integer_sources():
+    v = tg.Variable(np.arange(3))
+    w = tg.Variable(np.arange(3.0))
+    with tg.GradientTape(persistent=True) as tape:
+        tape.watch(v)
+        y = (v * w).sum()
+    with pytest.raises(tg.NotDifferentiableError, match="source 0 is int64"):
+        tape.gradient(y, v)
+    with pytest.raises(tg.NotDifferentiableError, match="source 1 is int64"):
+        tape.gradient(y, [w, v])
+    np.testing.assert_allclose(np.asarray(tape.gradient(y, w)), [0.0, 1.0, 2.0])

@@ -174,3 +174,29 @@ def test_a_tensor_is_not_iterable():
     t = tg.placeholder((3,), name="T")
     with pytest.raises(TypeError, match="not iterable"):
         list(t)
+
+
+@pytest.mark.parametrize("shape, fcompute, arity", [
+    ((3, 2), lambda i: i, "2 axes"),
+    ((3,), lambda i, j: i, "1 axis"),
+    ((), lambda i: i, "0 axes"),
+])
+def test_wrong_arity_names_the_compute(shape, fcompute, arity):
+    with pytest.raises(TypeError, match=f"tg.compute Bad: shape .* has {arity}"):
+        tg.compute(shape, fcompute, name="Bad")
+
+
+def test_read_of_an_earlier_row_outside_a_scan_is_refused_everywhere():
+    """``X[i - 1]`` at ``i = 0`` is out of bounds. tg.compute accepts it (a scan update is
+    written that way before tg.scan is called); tg.build, tg.gradient and tg.jvp refuse it
+    with the same message as X[i + 1] at construction (issue 27)."""
+    X = tg.placeholder((3, 2), "float64", name="X")
+    with pytest.raises(tg.IRError, match=r"X\[i \+ 1, j\] can leave the bounds"):
+        tg.compute((3, 2), lambda i, j: X[i + 1, j], name="Z")
+    Y = tg.compute((3, 2), lambda i, j: X[i - 1, j], name="Y")
+    Z = tg.compute((3, 2), lambda i, j: Y[i, j] * 2.0, name="Z")
+    for use in (lambda t: tg.build([X], t, target="numpy"), lambda t: tg.gradient(t, [X]),
+                lambda t: tg.jvp(t, [X], [X])):
+        for t in (Y, Z):
+            with pytest.raises(tg.IRError, match=r"X\[i - 1, j\] can leave the bounds"):
+                use(t)
