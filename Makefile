@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz clean
+.PHONY: setup run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: setup
 
 fuzz: setup
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py
+
+# 10,000 random programs: the compiled target against the NumPy reference (tests/differential.py)
+fuzz-cpu: setup
+	$(BIN)/python tests/differential.py --count 10000 --jobs 2
 
 bench: setup
 	$(BIN)/python benchmarks/bench_gradients.py

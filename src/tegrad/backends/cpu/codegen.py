@@ -27,12 +27,19 @@ with those guards folded (``kernel_facts.regions``).
 maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
 residue class (``lower/residue.unrolled_axes``): the window's values are shared.
 
-**Guards.** A ``select`` branch whose reads could leave their tensor when the condition
-is false (by interval bounds), or that holds a reduction, is evaluated in an ``if``
-block, and nothing inside that block moves above it: a read is never evaluated outside
-the guards that the verifier proved keep it in bounds. Branches that are always safe
-become a branch-free ``c ? a : b``, which gcc vectorizes. Indices read from integer
-tensors are checked on every read; the first bad one is reported through ``err``.
+**Guards.** Branches that are always safe become a branch-free ``c ? a : b``, which gcc
+vectorizes. A branch whose affine reads could leave their tensor when the condition is
+false (a padding's ``select(1 <= i, U[i - 1, j], 0)``) is branch-free too, its reads at
+indices clamped into the tensor (``KernelSource.clampable``): the value read there is
+discarded. gcc 12.2 if-converts a guarded load into a masked load, and vectorizes some
+such loops wrongly once it has unrolled a short inner loop (a padded row read under an
+all-false mask; a guarded row stored three times without its permutation: issue 27);
+``-fno-code-hoisting`` (``compiler.FLAGS``) keeps it from moving the clamped loads back
+under the condition. A branch that holds a reduction with a ``where`` or over more than
+``UNROLL`` points, or a gather (whose index is checked), is evaluated in an ``if`` block,
+and nothing inside that block moves above it: such a read is never evaluated outside the
+guards that the verifier proved keep it in bounds. Indices read from integer tensors are
+checked on every read; the first bad one is reported through ``err``.
 
 **Streaming stores.** A store to a line the cache does not hold first reads that line from
 memory. An output that no later kernel of the program reads, large (``STREAM_BYTES``) and
