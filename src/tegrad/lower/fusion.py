@@ -120,13 +120,20 @@ def _compared(body: Expr, producer: Compute) -> bool:
 
 def _exact(body: Expr) -> bool:
     """Whether evaluating ``body`` again gives the same bits wherever it is compiled: no
-    arithmetic, only reads, selects and constants. A producer compared for equality is
-    inlined only then: ``tanh`` in a vectorized loop (libmvec) and in a scalar one (libm)
-    can differ in the last bit, and a contraction into a fused multiply-add depends on
-    the expression around it, so a recomputed ``P[j]`` may miss the ``max_k P[k]`` that
-    another kernel computed from other copies of ``P``, and lose the gradient there."""
-    return not any(isinstance(x, (Unary, Binary, Cast, Reduce)) and dt.is_float(x.dtype)
-                   for x in walk(body))
+    rounding arithmetic (reads, selects, constants, casts, negation, max and min). A
+    producer compared for equality is inlined only then: ``tanh`` in a vectorized loop
+    (libmvec) and in a scalar one (libm) can differ in the last bit, and a contraction
+    into a fused multiply-add depends on the expression around it, so a recomputed
+    ``P[j]`` may miss the ``max_k P[k]`` that another kernel computed from other copies
+    of ``P``, and lose the gradient there."""
+    def exact(x: Expr) -> bool:
+        if not isinstance(x, (Unary, Binary, Cast, Reduce)) or not dt.is_float(x.dtype):
+            return True
+        if isinstance(x, Reduce):  # (a max picks one of its values: a pool's output)
+            return x.combiner.kind in ("max", "min")
+        return isinstance(x, Cast) or x.op in ("neg", "abs", "max", "min")
+
+    return all(exact(x) for x in walk(body))
 
 
 def worth_blas(c: Contraction) -> bool:
