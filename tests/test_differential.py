@@ -71,7 +71,8 @@ def test_the_generator_builds_every_step():
         seen.update(s.split("_")[0].rstrip("0123456789,:+-()i") for s in program.steps)
     for step in ("unary", "reads", "binary", "pad", "concat", "slice", "rows", "flip",
                  "upsample", "tile", "clamp", "transpose", "select", "reduce", "softmax",
-                 "window", "matmul", "gather", "scan", "logsumexp", "max", "exp"):
+                 "window", "matmul", "gather", "scan", "logsumexp", "max", "exp", "guarded",
+                 "masked"):
         assert any(s.startswith(step) for s in seen), step
 
 
