@@ -236,3 +236,15 @@ def test_weight_gradient_layouts_agree_with_torch_and_are_timed():
     assert "disagrees" not in done.stdout
     for layout in ("im2col", "shifted^T", "folded^T", "torch"):
         assert layout in done.stdout
+
+
+def test_guard_benchmark_runs():
+    """``bench_guards.py --quick``: every case checked against torch and timed (a smoke run
+    on small shapes)."""
+    pytest.importorskip("torch")
+    cmd = [sys.executable, str(_BENCH_DIR / "bench_guards.py"), "--quick", "--runs", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"bench_guards.py failed:\n{done.stdout}\n{done.stderr}"
+    for case in ("pad_rows", "pad_cols", "window", "upsample"):
+        assert case in done.stdout
+    assert "tegrad/torch: median" in done.stdout
