@@ -77,21 +77,21 @@ def test_the_generator_builds_every_step():
 
 
 def test_a_wrong_kernel_is_caught(monkeypatch):
-    """The comparison fails when the compiled target is wrong: a C kernel that writes
-    its padding rows with 1 instead of the padding value."""
+    """The comparison fails when the compiled target is wrong: every select of the C
+    kernels one more than it should be, on a program whose output is a padding."""
     from tegrad.backends.cpu import codegen
 
     original = codegen.KernelSource.select
 
     def broken(self, e):
-        name = original(self, e)
-        return self.emit(e, f"({name} == 0 ? 1 : {name})")
+        return self.emit(e, f"({original(self, e)} + 1)")
 
-    seed = next(s for s in range(200) if any(step.startswith("pad") for step in
-                                             differential.random_program(s).steps))
+    seed = next(s for s in range(500)
+                if differential.random_program(s).steps[-1].startswith("pad"))
     assert differential.compare(seed).ok
     monkeypatch.setattr(codegen.KernelSource, "select", broken)
-    assert not differential.compare(seed).ok
+    outcome = differential.compare(seed)
+    assert not outcome.ok and "output: scaled difference" in outcome.what, outcome.what
 
 
 # ---------------------------------------------------------------------------
