@@ -105,7 +105,7 @@ def main(argv=None) -> int:
         for g, w in [(got, want), *zip(got_grads, (t.numpy() for t in want_grads),
                                        strict=True)]:
             err = float(np.max(np.abs(g - w))) / max(float(np.max(np.abs(w))), 1e-30)
-            if not err <= 1e-5:
+            if not err <= 1e-4:  # (float32; the weight's gradient sums 2M terms)
                 print(f"{name}: tegrad and torch disagree ({err:.3g})")
                 bad += 1
 
