@@ -177,8 +177,11 @@ def compute(shape, fcompute, name: str | None = None) -> Compute:
     name = name or unique_name("compute")
     axis_names = _axis_names(fcompute, len(shape))
     axes = tuple(Var.fresh(n, 0, s) for n, s in zip(axis_names, shape, strict=True))
-    _check_arity(fcompute, shape, name)
-    body = as_expr(fcompute(*axes))
+    try:
+        body = as_expr(fcompute(*axes))
+    except TypeError:
+        _check_arity(fcompute, shape, name)  # (the wrong arity: say so; else re-raise)
+        raise
     tensor = make_compute(shape, axes, body, name)
     verify_compute(tensor)
     return tensor
@@ -191,9 +194,9 @@ def make_compute(shape, axes, body, name) -> Compute:
 
 
 def _check_arity(fcompute, shape: tuple, name: str) -> None:
-    """A ``fcompute`` that cannot take one index argument per axis of ``shape`` is refused
-    with the compute's name, its shape and the arity expected (not a bare TypeError from
-    inside the call)."""
+    """Raise, for a ``fcompute`` that cannot take one index argument per axis of ``shape``,
+    an error naming the compute, its shape and the arity expected (not the bare TypeError
+    of the call). Called when the call raised TypeError, so it costs nothing otherwise."""
     import inspect
 
     try:
