@@ -427,10 +427,8 @@ class _Builder:
 
         def body(*i):
             k = tg.reduce_axis(n)
-            outer = i[:axis] + i[axis + 1:] if keep else i
-            rest = outer[:axis] + (k,) + outer[axis:] if not keep else \
-                i[:axis] + (k,) + i[axis + 1:]
-            src = u[rest]
+            outer = i[:axis] + i[axis + 1:] if keep else i  # (without the kept axis of 1)
+            src = u[outer[:axis] + (k,) + outer[axis:]]
             if kind == "sum_where" and outer:
                 return tg.sum(src * src, axis=k, where=k <= outer[0])
             if kind in ("max", "min"):

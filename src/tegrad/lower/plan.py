@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.scan import LAG_READS, ScanOutput, refuse_lag_reads
+from ..ir.scan import LAG_READS, ScanOutput
 from ..ir.tensor import Compute, Tensor
 from ..ir.traverse import tensors_read, topo_tensors
-from ..ir.verify import verify_compute
+from ..ir.verify import IRError, verify_compute
 
 
 @dataclass
@@ -126,7 +126,7 @@ def plan(outputs: list[Tensor], given=()) -> Plan:
             continue
         verify_compute(t)
         if t in LAG_READS:
-            refuse_lag_reads([t])
+            raise IRError(LAG_READS[t][2])
         detail = match_contraction(t)
         if detail is not None:
             kernels.append(Kernel(t, "contraction", detail))

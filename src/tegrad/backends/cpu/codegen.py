@@ -76,6 +76,7 @@ from .c_ops import CTYPE, LOCAL_CTYPE
 from .kernel_facts import (
     column_order,
     eager,
+    index_in_bounds,
     reads_in_bounds,
     regions,
     specialized,
@@ -535,7 +536,7 @@ class KernelSource(ReductionEmitter):
                     f"{shape[axis]}L) {{ if (!err[0]) {{ err[0] = {len(self.gathers)}; "
                     f"err[1] = {checked}; }} {checked} = 0; }}")
                 ix = checked
-            elif self.clamping and not _within(index, shape[axis]):
+            elif self.clamping and not index_in_bounds(index, shape[axis]):
                 ix = f"tg_imin(tg_imax({ix}, 0L), {shape[axis] - 1}L)"
             stride = math.prod(shape[axis + 1:])
             terms.append(f"(long)({ix}) * {stride}L" if stride != 1 else f"(long)({ix})")
@@ -607,13 +608,6 @@ def _work_per_point(body: Expr) -> int:
 
 def _index(blocks: list, block) -> int:
     return next((k for k, b in enumerate(blocks) if b is block), -1)
-
-
-def _within(index: Expr, n: int) -> bool:
-    """Whether an index expression stays in ``[0, n)`` over its variables' ranges."""
-    iv = interval(index)
-    return iv is not None and iv[0] is not None and iv[1] is not None and 0 <= iv[0] \
-        and iv[1] < n
 
 
 def _plain_division(e: Binary) -> bool:

@@ -96,12 +96,16 @@ def reads_in_bounds(e: Expr) -> bool:
     for x in walk(e):
         if isinstance(x, Read):
             for index, dim in zip(x.indices, x.tensor.shape, strict=True):
-                if not is_pure_index(index):
-                    return False
-                iv = interval(index)
-                if iv is None or iv[0] is None or iv[1] is None or iv[0] < 0 or iv[1] >= dim:
+                if not is_pure_index(index) or not index_in_bounds(index, dim):
                     return False
     return True
+
+
+def index_in_bounds(index: Expr, n: int) -> bool:
+    """Whether an index expression stays in ``[0, n)`` over its variables' ranges."""
+    iv = interval(index)
+    return iv is not None and iv[0] is not None and iv[1] is not None and 0 <= iv[0] \
+        and iv[1] < n
 
 
 MAX_REGIONS = 8
