@@ -7,24 +7,24 @@ as ``bench_cpu.py`` does (per round and side: a pause, an untimed call, then ``-
 timed calls), so the two versions meet the same state of the machine. It prints each
 side's median and the ratio of the versions' round medians.
 
-Settings (``--knob``):
+Settings (``--knob``), each a field of ``tg.Options`` passed to the build:
 
 - ``stream``: outputs no later kernel reads written with non-temporal stores
-  (``codegen.KernelSource._stage``); off: ``STREAM_BYTES`` out of reach. ``--traffic 0``
+  (``codegen.KernelSource._stage``); off: ``stream_bytes`` out of reach. ``--traffic 0``
   lifts the kernel-traffic limit too, to try the kernels it keeps on plain stores.
-- ``rows``: a scan weight's product split by rows (``packed.SHARED_ROWS_BYTES``); off: 0.
+- ``rows``: a scan weight's product split by rows (``shared_rows_bytes``); off: 0.
 - ``phases``: a strided output's residue classes written through one interleaving copy
-  (``numpy_kernels.MIN_PHASES``); off: a copy per class.
+  (``min_phases``); off: a copy per class.
 - ``widen``: row widening for outputs whose columns step by more than one (a residue
-  class's: ``contraction.MAX_WIDENED_STEP``); off: 1, an im2col copy instead.
+  class's: ``max_widened_step``); off: 1, an im2col copy instead.
 - ``overlap``: a weight gradient's input copied three times over ``(n, c, s, h + r, w)``
-  (``numpy_kernels._overlap_layout``); off: ``OVERLAP_BYTES`` 0, the im2col copy.
+  (``host/products._overlap_layout``); off: ``overlap_bytes`` 0, the im2col copy.
 - ``merge``: two products of one operand (an LSTM's weight gradients) made as one, their
-  other operands side by side (``lower/merge.py``); off: ``MERGE_PRODUCTS`` False.
+  other operands side by side (``lower/merge.py``); off: ``merge_products`` False.
 - ``unread``: a tensor made and read by no later kernel (an LSTM's cell history) back to
-  the pool at once (``numpy_backend.FREE_UNREAD``); off: dropped at the end of the run.
+  the pool at once (``free_unread``); off: dropped at the end of the run.
 - ``keep``: a scan's elementwise step values that a backward reads (an LSTM's activated
-  gates) kept by its forward run (``saved_steps.KEEP_STEP_KERNELS``); off: recomputed by
+  gates) kept by its forward run (``keep_step_kernels``); off: recomputed by
   the backward over all steps.
 
     python benchmarks/bench_ab.py --knob stream --case layer_norm --row backward
@@ -45,15 +45,15 @@ import time
 
 import bench_shared
 
-# (module, attribute, value that turns the setting off)
-KNOBS = {"stream": ("tegrad.backends.cpu.codegen", "STREAM_BYTES", 1 << 62),
-         "rows": ("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0),
-         "phases": ("tegrad.backends.numpy_kernels", "MIN_PHASES", 1 << 30),
-         "widen": ("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1),
-         "overlap": ("tegrad.backends.numpy_kernels", "OVERLAP_BYTES", 0),
-         "merge": ("tegrad.lower.merge", "MERGE_PRODUCTS", False),
-         "unread": ("tegrad.backends.numpy_backend", "FREE_UNREAD", False),
-         "keep": ("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)}
+# (tg.Options field, value that turns the setting off)
+KNOBS = {"stream": ("stream_bytes", 1 << 62),
+         "rows": ("shared_rows_bytes", 0),
+         "phases": ("min_phases", 1 << 30),
+         "widen": ("max_widened_step", 1),
+         "overlap": ("overlap_bytes", 0),
+         "merge": ("merge_products", False),
+         "unread": ("free_unread", False),
+         "keep": ("keep_step_kernels", False)}
 
 
 def main(argv=None) -> int:
@@ -67,17 +67,17 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--block", type=int, default=5, help="timed calls per turn")
     parser.add_argument("--pause", type=float, default=0.3)
-    parser.add_argument("--traffic", type=int, help="codegen.STREAM_TRAFFIC_BYTES (stream)")
+    parser.add_argument("--traffic", type=int, help="Options.stream_traffic_bytes (stream)")
     parser.add_argument("--quick", action="store_true", help="the suite's small shapes")
     parser.add_argument("--threads", help="threads for torch, BLAS and OpenMP")
     args = parser.parse_args(argv)
-    os.environ["TEGRAD_GRAPH_CACHE"] = "0"  # (a stored plan would not see the setting)
     threads = bench_shared.set_threads(int(args.threads) if args.threads else None)[0]
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))  # as bench_cpu.py sets them
 
-    import importlib
+    import dataclasses
 
     import bench_cpu_cases as cases
+    import tegrad as tg
 
     picked = cases.select(cases.cases(args.quick), args.case)
     if len(picked) != 1:
@@ -85,20 +85,16 @@ def main(argv=None) -> int:
     (case,) = picked
     graph = case.graph()
     arrays, head = case.make_arrays(graph)
-    module_name, attribute, off = KNOBS[args.knob]
-    module = importlib.import_module(module_name)
+    field, off = KNOBS[args.knob]
+    default = tg.Options.from_environment()
     if args.traffic is not None:
-        from tegrad.backends.cpu import codegen
-
-        codegen.STREAM_TRAFFIC_BYTES = args.traffic
-    default = getattr(module, attribute)
+        default = dataclasses.replace(default, stream_traffic_bytes=args.traffic)
     programs = {}
-    for side, value in (("off", off), ("on", default)):
-        setattr(module, attribute, value)
-        program = cases.tegrad_programs(graph, "cpu", arrays)[args.row]
-        program(arrays, head)  # (built, traced and laid out under this value)
+    for side, options in (("off", dataclasses.replace(default, **{field: off})),
+                          ("on", default)):
+        program = cases.tegrad_programs(graph, "cpu", arrays, options=options)[args.row]
+        program(arrays, head)  # (built, traced and laid out under these options)
         programs[side] = program
-    setattr(module, attribute, default)
     torch_fn = cases.torch_programs(case, arrays, head)[args.row]
     fns = {"off": lambda: programs["off"](arrays, head), "torch": torch_fn,
            "on": lambda: programs["on"](arrays, head)}

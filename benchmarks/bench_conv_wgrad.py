@@ -12,7 +12,7 @@ copy helper and ``tg_gemm`` (``copy.py``, ``gemm.py``) on 2 threads:
 - ``shifted``: pad ``X``, then three copies of it shifted by ``s`` (not nine); the kernel
   row ``r`` is an offset into them, so each ``r`` is one product over ``(c, s)`` with the
   images as its terms; ``dY`` is read as it is. ``shifted^T`` computes the transposed
-  product (``C*3 x K``): what the lowering does now (``numpy_kernels._overlap_layout``,
+  product (``C*3 x K``): what the lowering does now (``host/products._overlap_layout``,
   the three products one batched call).
 - ``folded``: the shifted copies and ``dY`` laid out with the images inside each row, so
   that each ``r`` is one product ``K`` deep over all images (``folded^T``: transposed).
@@ -43,6 +43,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from tegrad.backends.cpu import copy as copies  # noqa: E402
 from tegrad.backends.cpu import gemm  # noqa: E402
+from tegrad.options import Options  # noqa: E402
 
 THREADS = 2
 TOLERANCE = 1e-4  # max abs difference over max abs value, float32
@@ -63,7 +64,7 @@ class Calls:
         self._add(*got)
 
     def copy(self, dst, src) -> None:
-        self._add(*copies.prepare(dst, src))
+        self._add(*copies.prepare(dst, src, copies.limits(Options.from_environment())))
 
     def keep(self, *arrays) -> None:
         self.arrays.extend(arrays)

@@ -102,7 +102,8 @@ def _torch_functional(fn):
 # the three sides ---------------------------------------------------------------------------
 
 
-def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved") -> dict:
+def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved",
+                    options=None) -> dict:
     """Row -> ``fn(arrays, head)`` returning the row's arrays (the output, the gradients
     of all inputs, or both). Forward: ``tg.build`` of the output; forward+backward: one
     ``tg.build`` of both. Backward, ``saved``: ``tg.build_vjp``'s backward on what its
@@ -110,16 +111,16 @@ def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved") 
     once); ``recompute``: ``tg.build`` of the gradients alone, which recomputes the forward
     values it needs at every call."""
     ins, out, head, grads = graph.inputs, graph.out, graph.head, graph.grads
-    fwd = tg.build(ins, [out], target=target)
-    both = tg.build([*ins, head], [out, *grads], target=target)
+    fwd = tg.build(ins, [out], target=target, options=options)
+    both = tg.build([*ins, head], [out, *grads], target=target, options=options)
     if backward == "saved":
-        keep, pullback = tg.build_vjp(ins, out, target=target)
+        keep, pullback = tg.build_vjp(ins, out, target=target, options=options)
         saved = keep(*arrays)[1]
 
         def bwd(a, h):
             return pullback(saved, h)
     elif backward == "recompute":
-        program = tg.build([*ins, head], grads, target=target)
+        program = tg.build([*ins, head], grads, target=target, options=options)
 
         def bwd(a, h):
             return program(*a, h)

@@ -28,7 +28,7 @@ def c_text(inputs, outputs) -> str:
     from tegrad.lower.plan import plan
 
     del inputs
-    return "\n\n".join(k.text for k in blueprint(plan(list(outputs))).texts())
+    return "\n\n".join(k.text for k in blueprint(plan(list(outputs), fused=True)).texts())
 
 
 def programs():

@@ -1,7 +1,7 @@
 """Shared pytest setup: Hypothesis profiles, and the disk cache of generated programs off.
 
 Tests that patch differentiation or planning must see their patch, not a program a
-previous run stored (``ir/disk_cache.py``); the cache's own tests turn it on, each with a
+previous run stored (``cache/disk.py``); the cache's own tests turn it on, each with a
 new directory. ``TEGRAD_GRAPH_CACHE=1 pytest`` runs every test with it on.
 
 Profiles (pick with the environment variable HYPOTHESIS_PROFILE):

@@ -27,8 +27,8 @@ reference's distance from the same program in float64. A wrong kernel is off by 
 
 ``SETTINGS`` names every switch of the compiled target's optimisations (those
 ``benchmarks/bench_ab.py`` turns off, and the code generator's own), each with the
-values that force it on at these small sizes and that turn it off; ``compare`` runs a
-program under any choice of them.
+``tg.Options`` values that force it on at these small sizes and that turn it off;
+``compare`` runs a program under any choice of them.
 
 Run many programs (each worker a process of its own; the compiled kernels go to a
 temporary cache)::
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import math
 import os
 import sys
@@ -65,64 +64,38 @@ ROUNDING = 8.0  # times a float32 program's distance from its float64 twin
 LIBRARY_FUNCTIONS = ("exp", "log", "log1p", "expm1", "tanh", "sigmoid", "sin", "cos", "erf",
                      "sqrt")
 
-# name -> (patches that force the optimisation on, patches that turn it off); a patch is
-# (module, attribute, value). Values "on" are chosen so that the small programs here
-# reach the optimised path (a size threshold at 0); "off" as bench_ab.py turns them off.
-_CODEGEN = "tegrad.backends.cpu.codegen"
-_KERNELS = "tegrad.backends.numpy_kernels"
+# name -> (Options fields that force the optimisation on, fields that turn it off). Values
+# "on" are chosen so that the small programs here reach the optimised path (a size
+# threshold at 0); "off" as bench_ab.py turns them off.
 SETTINGS = {
-    "stream": ([(_CODEGEN, "STREAM_BYTES", 0), (_CODEGEN, "STREAM_TRAFFIC_BYTES", 0),
-                (_CODEGEN, "STAGE_MIN_BYTES", 0), (_CODEGEN, "PARALLEL_WORK", 0)],
-               [(_CODEGEN, "STREAM_BYTES", 1 << 62)]),
-    "rows": ([("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 1 << 20)],
-             [("tegrad.backends.cpu.packed", "SHARED_ROWS_BYTES", 0)]),
-    "phases": ([(_KERNELS, "MIN_PHASES", 2)], [(_KERNELS, "MIN_PHASES", 1 << 30)]),
-    "widen": ([("tegrad.lower.contraction", "MAX_WIDENED_STEP", 2)],
-              [("tegrad.lower.contraction", "MAX_WIDENED_STEP", 1)]),
-    "overlap": ([(_KERNELS, "OVERLAP_BYTES", 24 << 20)], [(_KERNELS, "OVERLAP_BYTES", 0)]),
-    "merge": ([("tegrad.lower.merge", "MERGE_PRODUCTS", True)],
-              [("tegrad.lower.merge", "MERGE_PRODUCTS", False)]),
-    "unread": ([("tegrad.backends.numpy_backend", "FREE_UNREAD", True)],
-               [("tegrad.backends.numpy_backend", "FREE_UNREAD", False)]),
-    "keep": ([("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", True)],
-             [("tegrad.lower.saved_steps", "KEEP_STEP_KERNELS", False)]),
+    "stream": (dict(stream_bytes=0, stream_traffic_bytes=0, stage_min_bytes=0, parallel_work=0),
+               dict(stream_bytes=1 << 62)),
+    "rows": (dict(shared_rows_bytes=1 << 20), dict(shared_rows_bytes=0)),
+    "phases": (dict(min_phases=2), dict(min_phases=1 << 30)),
+    "widen": (dict(max_widened_step=2), dict(max_widened_step=1)),
+    "overlap": (dict(overlap_bytes=24 << 20), dict(overlap_bytes=0)),
+    "merge": (dict(merge_products=True), dict(merge_products=False)),
+    "unread": (dict(free_unread=True), dict(free_unread=False)),
+    "keep": (dict(keep_step_kernels=True), dict(keep_step_kernels=False)),
     # the code generator's and the runtime's own
-    "parallel": ([(_CODEGEN, "PARALLEL_WORK", 0)], [(_CODEGEN, "PARALLEL_WORK", 1 << 62)]),
-    "unroll": ([("tegrad.backends.cpu.reduction", "UNROLL", 16), (_CODEGEN, "UNROLL", 16)],
-               [("tegrad.backends.cpu.reduction", "UNROLL", 0), (_CODEGEN, "UNROLL", 0)]),
-    "row_cache": ([("tegrad.backends.cpu.row_cache", "MAX_BUFFERS", 4)],
-                  [("tegrad.backends.cpu.row_cache", "MAX_BUFFERS", 0)]),
-    "regions": ([("tegrad.backends.cpu.kernel_facts", "MAX_REGIONS", 8)],
-                [("tegrad.backends.cpu.kernel_facts", "MAX_REGIONS", 0)]),
-    "inline": ([("tegrad.lower.fusion", "MAX_RATIO", 2.0),
-                ("tegrad.lower.fusion", "MAX_CHEAP_RATIO", 9.0)],
-               [("tegrad.lower.fusion", "MAX_RATIO", 1.0),
-                ("tegrad.lower.fusion", "MAX_CHEAP_RATIO", 1.0)]),
-    "copies": ([("tegrad.backends.cpu.copy", "MIN_ELEMENTS", 0),
-                ("tegrad.backends.cpu.copy", "MIN_TRANSPOSE", 0)],
-               [("tegrad.backends.cpu.copy", "MIN_ELEMENTS", 1 << 62),
-                ("tegrad.backends.cpu.copy", "MIN_TRANSPOSE", 1 << 62)]),
-    "pool": ([("tegrad.backends.cpu.buffers", "MIN_BYTES", 0),
-              ("tegrad.backends.cpu.program", "MIN_BYTES", 0)],
-             [("tegrad.backends.cpu.buffers", "MIN_BYTES", 1 << 62),
-              ("tegrad.backends.cpu.program", "MIN_BYTES", 1 << 62)]),
+    "parallel": (dict(parallel_work=0), dict(parallel_work=1 << 62)),
+    "unroll": (dict(unroll=16), dict(unroll=0)),
+    "row_cache": (dict(row_cache_buffers=4), dict(row_cache_buffers=0)),
+    "regions": (dict(max_regions=8), dict(max_regions=0)),
+    "inline": (dict(max_inline_ratio=2.0, max_cheap_inline_ratio=9.0),
+               dict(max_inline_ratio=1.0, max_cheap_inline_ratio=1.0)),
+    "copies": (dict(parallel_copy_elements=0, parallel_transpose_elements=0),
+               dict(parallel_copy_elements=1 << 62, parallel_transpose_elements=1 << 62)),
+    "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
 }
 
 
-@contextlib.contextmanager
-def applied(choice: dict[str, bool]):
-    """Module attributes set as ``choice`` (setting name -> on) says, restored after."""
-    saved = []
-    try:
-        for name, on in choice.items():
-            for module_name, attribute, value in SETTINGS[name][0 if on else 1]:
-                module = importlib.import_module(module_name)
-                saved.append((module, attribute, getattr(module, attribute)))
-                setattr(module, attribute, value)
-        yield
-    finally:
-        for module, attribute, value in reversed(saved):
-            setattr(module, attribute, value)
+def options_for(choice: dict[str, bool]) -> tg.Options:
+    """This machine's options with each setting of ``choice`` (name -> on) applied."""
+    fields: dict = {}
+    for name, on in choice.items():
+        fields.update(SETTINGS[name][0 if on else 1])
+    return tg.Options.from_environment().replace(**fields)
 
 
 def random_choice(rng: np.random.Generator) -> dict[str, bool]:
@@ -698,8 +671,7 @@ def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
         exact = tg.build(wide_inputs, wide_outputs, target="numpy")(
             *wide.values, head.astype("float64"))
     try:
-        with applied(choice or {}):
-            got = tg.build(inputs, outputs, target="cpu")(*feed)
+        got = tg.build(inputs, outputs, target="cpu", options=options_for(choice or {}))(*feed)
     except Exception as error:  # noqa: BLE001 - reported with the program
         return Outcome(seed, False, f"cpu target raised {type(error).__name__}: {error}")
     for k, (name, g, w, x) in enumerate(zip(names, got, want, exact, strict=True)):

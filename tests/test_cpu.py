@@ -46,6 +46,8 @@ RTOL_PROGRAMS = 1e-6
 CONDITION_FACTOR = 100
 
 
+LIMITS = tg.Options().parallel_copy_elements, tg.Options().parallel_transpose_elements
+
 def scaled_difference(got, want) -> float:
     """The largest difference over the finite values of ``want``, per array as a fraction
     of its largest magnitude."""
@@ -266,8 +268,8 @@ def test_a_kernel_read_at_its_own_point_joins_its_reader():
     name = Y.name  # (made unique among the tensors built so far)
     kernels = {k.tensor.name: k for k in f.program.plan.kernels}
     assert f"{name}.mean" not in kernels, f.program.plan.describe()
-    assert [t.name for t, _ in kernels[f"{name}.var"].detail.also] == [f"{name}.mean"]
-    assert name in kernels and not getattr(kernels[f"{name}.grad.X"].detail, "also", ())
+    assert [t.name for t, _ in kernels[f"{name}.var"].also] == [f"{name}.mean"]
+    assert name in kernels and not kernels[f"{name}.grad.X"].also
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(t.shape) for t in (X, W, B, H)]
     want = tg.build([X, W, B, H], outputs, target="numpy")(*arrays)
@@ -369,7 +371,7 @@ def test_column_sums_are_made_in_the_loops_of_a_row_kernel(dtype):
     f = tg.build([X, W, B, H], [*tg.gradient(Y, [X, W, B], H), partial], target="cpu")
     kernels = {k.tensor.name: k for k in f.program.plan.kernels}
     dx = kernels[f"{Y.name}.grad.X"]
-    assert [t.name for t, _ in dx.detail.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
+    assert [t.name for t, _ in dx.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
     assert sorted(kernels) == sorted([dx.tensor.name, "partial"]), f.program.plan.describe()
     assert "omp_get_thread_num" in f.program.steps[list(kernels).index(dx.tensor.name)].src.text
     rng = np.random.default_rng(6)
@@ -399,8 +401,8 @@ def test_column_sums_go_to_the_row_kernel_that_reads_their_rows():
     f = tg.build([X, W, B, H], [Y, *tg.gradient(Y, [X, W, B], H)], target="cpu")
     kernels = {k.tensor.name: k for k in f.program.plan.kernels}
     dx, y = kernels[f"{Y.name}.grad.X"], kernels[Y.name]
-    assert [t.name for t, _ in dx.detail.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
-    assert not getattr(y.detail, "columns", ()) and H not in tg_reads(y)
+    assert [t.name for t, _ in dx.columns] == [f"{Y.name}.grad.W", f"{Y.name}.grad.B"]
+    assert not y.columns and H not in tg_reads(y)
     rng = np.random.default_rng(1)
     arrays = [rng.standard_normal(t.shape).astype("float32") for t in (X, W, B, H)]
     reference = tg.build([X, W, B, H], [Y, *tg.gradient(Y, [X, W, B], H)], target="numpy")
@@ -409,7 +411,7 @@ def test_column_sums_go_to_the_row_kernel_that_reads_their_rows():
 
 
 def tg_reads(kernel) -> set:
-    from tegrad.lower.plan import reads_and_makes
+    from tegrad.lower.kernels import reads_and_makes
 
     return set(reads_and_makes(kernel)[0])
 
@@ -421,9 +423,9 @@ def test_an_lstm_step_writes_its_cell_and_hidden_state_in_one_kernel():
     out, h, c = tg.nn.lstm(*ps)
     f = tg.build(ps, [out, h, c], target="cpu")
     (scan,) = [s for s in f.program.steps if isinstance(s, type(f.program))]
-    grouped = [k for k in scan.plan.kernels if getattr(k.detail, "also", ())]
+    grouped = [k for k in scan.plan.kernels if getattr(k, "also", ())]
     assert [(k.tensor.name.split(".", 1)[1], [t.name.split(".", 1)[1] for t, _ in
-                                              k.detail.also]) for k in grouped] == [
+                                              k.also]) for k in grouped] == [
         ("h_new.step", ["c_new.step"])]
     rng = np.random.default_rng(5)
     arrays = [rng.standard_normal(p.shape) for p in ps]
@@ -449,7 +451,7 @@ def test_an_lstm_step_that_keeps_its_gates_writes_them_in_its_one_kernel():
     assert len(general) == 1, forward.plan.describe()
     (step,) = general
     assert step.tensor.name.endswith(".h_new.step")
-    assert sorted(t.name.split(".", 1)[1] for t, _ in step.detail.also) == sorted(
+    assert sorted(t.name.split(".", 1)[1] for t, _ in step.also) == sorted(
         f"{v}.step" for v in ("c_new", "c_act", "gatei", "gatef", "gateg", "gateo"))
     rng = np.random.default_rng(6)
     arrays = [rng.standard_normal(p.shape) for p in [*ps, head]]
@@ -530,12 +532,12 @@ def test_kernels_are_dealt_into_balanced_translation_units():
 
 
 def test_without_a_compiler_none_falls_back_and_cpu_refuses(monkeypatch):
-    from tegrad.backends import runtime
+    from tegrad.backends import target
 
     monkeypatch.setenv("CC", "no-such-compiler-anywhere")
     monkeypatch.delenv("TEGRAD_TARGET", raising=False)
     compiler.compiler.cache_clear()
-    monkeypatch.setattr(runtime, "_WARNED", [])
+    monkeypatch.setattr(target, "_WARNED", set())
     try:
         X = tg.placeholder((3,), "float64", "X")
         Y = tg.compute((3,), lambda i: X[i] * 2.0, "Y")
@@ -689,14 +691,20 @@ def test_term_kernel_default_follows_the_processor_and_the_variable(monkeypatch)
     from tegrad.backends.cpu import term_kernel
     from tegrad.backends.cpu.gemm import Blas
 
-    for value, wanted in (("1", True), ("0", False)):
-        monkeypatch.setenv("TEGRAD_TERM_KERNEL", value)
-        assert term_kernel.wanted_here() is wanted
-        assert Blas(mkl=False).direct_terms is wanted
-    monkeypatch.delenv("TEGRAD_TERM_KERNEL")
-    with open("/proc/cpuinfo") as f:
-        vendor = next((line for line in f if line.startswith("vendor_id")), "")
-    assert term_kernel.wanted_here() is ("GenuineIntel" not in vendor)
+    try:
+        for value, wanted in (("1", True), ("0", False)):
+            monkeypatch.setenv("TEGRAD_TERM_KERNEL", value)
+            assert tg.Options.from_environment(refresh=True).term_kernel is wanted
+            assert term_kernel.wanted_here() is wanted
+            assert Blas(mkl=False).direct_terms is wanted
+        monkeypatch.delenv("TEGRAD_TERM_KERNEL")
+        tg.Options.from_environment(refresh=True)
+        with open("/proc/cpuinfo") as f:
+            vendor = next((line for line in f if line.startswith("vendor_id")), "")
+        assert term_kernel.wanted_here() is ("GenuineIntel" not in vendor)
+    finally:
+        monkeypatch.undo()
+        tg.Options.from_environment(refresh=True)  # (the process's own environment again)
 
 
 def test_numpy_blas_is_found():
@@ -713,11 +721,14 @@ def test_products_use_mkl_when_installed_unless_told_otherwise(setting, monkeypa
     from tegrad.backends.cpu import gemm
 
     monkeypatch.setenv("TEGRAD_BLAS", setting)
+    tg.Options.from_environment(refresh=True)
     gemm._blas.cache_clear()
     try:
         want = "mkl" if gemm._mkl_path() is not None and not setting else "openblas"
         assert gemm.blas_name() == want
     finally:
+        monkeypatch.undo()
+        tg.Options.from_environment(refresh=True)
         gemm._blas.cache_clear()
 
 
@@ -787,7 +798,7 @@ def test_an_unread_scan_history_returns_to_the_pool(monkeypatch):
     and read by nothing after it, goes back to the pool like any dead intermediate, so a
     second run allocates no new buffer (each costs a page fault per 4 KiB written), and
     the results are unchanged (the numpy target drops it too)."""
-    from tegrad.backends.cpu.buffers import MIN_BYTES, BufferPool
+    from tegrad.backends.cpu.buffers import BufferPool
 
     ph = lambda shape, name: tg.placeholder(shape, "float32", name)  # noqa: E731
     x, h0, c0 = ph((6, 32, 8), "x"), ph((32, 128), "h0"), ph((32, 128), "c0")
@@ -808,7 +819,8 @@ def test_an_unread_scan_history_returns_to_the_pool(monkeypatch):
 
     monkeypatch.setattr(BufferPool, "take", spy)
     again = f(*arrays)
-    assert not [m for m in misses if np.prod(m) * 4 >= MIN_BYTES], misses
+    min_bytes = tg.Options.from_environment().pool_min_bytes
+    assert not [m for m in misses if np.prod(m) * 4 >= min_bytes], misses
     np.testing.assert_array_equal(again, first)
     reference = tg.build([x, h0, c0, wih, whh], out, target="numpy")(*arrays)
     np.testing.assert_allclose(again, reference, rtol=1e-4, atol=1e-5)
@@ -832,7 +844,7 @@ def test_parallel_copy_matches_numpy(case):
     shape = {"3d": (7, 90, 130), "3d transposed": (7, 90, 130),
              "strided transpose": (301, 400)}.get(case, (300, 400))
     dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
-    copy(dst, src, threads=2)
+    copy(dst, src, threads=2, limits=LIMITS)
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))
 
 
@@ -847,7 +859,7 @@ def test_interleaving_copy_matches_numpy(source):
     dst = out.reshape(300, 131, 2).transpose(2, 0, 1)  # (2, 300, 131): strides 4, 1048, 8
     src = rng.standard_normal((2, 300, 262)).astype("float32")
     src = src[..., :131] if source == "contiguous" else src[..., ::2]
-    copy(dst, src, threads=2)
+    copy(dst, src, threads=2, limits=LIMITS)
     np.testing.assert_array_equal(out[:, 0::2], src[0])
     np.testing.assert_array_equal(out[:, 1::2], src[1])
 
@@ -857,7 +869,7 @@ def test_splitting_copy_matches_numpy(order):
     """One row split in two (a stride-2 input's phase planes, ``tg_copy``'s unpair case,
     which ``CopyCall`` puts second to last): ``dst[j, .., i] = src[.., 2i + j]``, the
     phases in either order in memory."""
-    from tegrad.backends.cpu.copy import MIN_ELEMENTS, CopyCall, copy
+    from tegrad.backends.cpu.copy import CopyCall, copy
 
     rng = np.random.default_rng(8)
     x = rng.standard_normal((100, 3, 2 * 131 + 1)).astype("float32")
@@ -865,9 +877,9 @@ def test_splitting_copy_matches_numpy(order):
     if order == "backward":  # phase j reads src[2i + 1 - j]: a source stride of -4
         pairs = x[..., 1:263].reshape(100, 3, 131, 2)[..., ::-1].transpose(3, 0, 1, 2)
     dst = np.zeros((2, 100, 3, 140), "float32")[..., 5:136]
-    assert dst.size >= MIN_ELEMENTS  # (the helper's, not NumPy's)
-    assert CopyCall(dst, pairs).ss[-2] in (4, -4)  # (the phases second to last)
-    copy(dst, pairs, threads=2)
+    assert dst.size >= LIMITS[0]  # (the helper's, not NumPy's)
+    assert CopyCall(dst, pairs, LIMITS).ss[-2] in (4, -4)  # (the phases second to last)
+    copy(dst, pairs, threads=2, limits=LIMITS)
     np.testing.assert_array_equal(dst, pairs)
 
 

@@ -12,6 +12,7 @@ and the regressions that generator found.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -49,18 +50,19 @@ def test_settings_cover_bench_ab_knobs():
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
     import bench_ab
 
-    for name, (module, attribute, _) in bench_ab.KNOBS.items():
-        patches = [p for side in differential.SETTINGS[name] for p in side]
-        assert any(m == module and a == attribute for m, a, _ in patches), name
+    for name, (field, off) in bench_ab.KNOBS.items():
+        on_fields, off_fields = differential.SETTINGS[name]
+        assert field in on_fields and off_fields.get(field) == off, name
 
 
-def test_settings_are_restored():
-    import tegrad.backends.cpu.codegen as codegen
-
-    before = codegen.PARALLEL_WORK
-    with differential.applied({"parallel": True}):
-        assert codegen.PARALLEL_WORK == 0
-    assert codegen.PARALLEL_WORK == before
+def test_settings_are_options_and_leave_the_defaults():
+    before = tg.Options.from_environment()
+    chosen = differential.options_for({"parallel": True, "merge": False})
+    assert chosen.parallel_work == 0 and not chosen.merge_products
+    assert tg.Options.from_environment() == before and before.merge_products
+    fields = {f.name for f in dataclasses.fields(tg.Options)}
+    assert all(set(side) <= fields for sides in differential.SETTINGS.values()
+               for side in sides)
 
 
 def test_the_generator_builds_every_step():

@@ -1,4 +1,4 @@
-"""The disk cache of generated programs (``ir/disk_cache.py``, ``ir/serialize.py``).
+"""The disk cache of generated programs (``cache/disk.py``, ``cache/serialize.py``).
 
 - Every op of the op table: its gradients, stored and loaded against the same forward, print
   as the generated ones and give the same values. The cpu blueprint of the forward and
@@ -25,7 +25,8 @@ import pytest
 
 import tegrad as tg
 from tegrad.backends.cpu import compiler
-from tegrad.ir import disk_cache, serialize
+from tegrad.cache import disk as disk_cache
+from tegrad.cache import serialize
 from tegrad.ir.expr import Var
 from tegrad.ir.printer import format_program
 from tegrad.ir.scan import STEP_VALUES, ScanOutput
@@ -108,7 +109,7 @@ SCRIPT = textwrap.dedent("""
     import numpy as np
     import tegrad as tg
     from tegrad.autodiff import reverse
-    from tegrad.ir import disk_cache
+    from tegrad.cache import disk as disk_cache
     from tegrad.lower import plan
 
     def fail(*args, **kwargs):
@@ -327,3 +328,29 @@ def test_a_deep_chain_of_tensors_is_stored(cache_on):
     arrays = [np.linspace(0.1, 0.3, 3), np.ones(3)]
     np.testing.assert_array_equal(tg.build([x, head], loaded, target="numpy")(*arrays),
                                   tg.build([x, head], grads, target="numpy")(*arrays))
+
+
+@pytest.mark.skipif(compiler.compiler() is None, reason="no C compiler")
+def test_a_stored_program_is_keyed_by_its_options(cache_on):
+    """A setting that shapes generation (which step values a scan keeps for its backward)
+    is part of the key: a build under other options makes its own program (and gets that
+    setting's plan), a build under the same options loads it."""
+    x = tg.placeholder((5, 2, 3), F64, "x")
+    h0, c0 = tg.placeholder((2, 4), F64, "h0"), tg.placeholder((2, 4), F64, "c0")
+    w = [tg.placeholder(s, F64, n) for n, s in (("wih", (16, 3)), ("whh", (16, 4)))]
+    out = tg.nn.lstm(x, h0, c0, *w)[0]
+    head = tg.placeholder(out.shape, F64, "H")
+    ins = [x, h0, c0, *w, head]
+    outputs = [out, *tg.gradient(out, [x, h0, c0, *w], head=head)]
+    base = tg.Options.from_environment()
+    products_only = base.replace(keep_step_kernels=False)
+
+    def kept(options):
+        f = tg.build(ins, outputs, target="cpu", options=options)
+        return sum(len(k.saved) for k in f.program.plan.kernels if k.kind == "scan")
+
+    every, fewer = kept(base), kept(products_only)
+    assert every > fewer  # (not the stored plan of the default options)
+    assert disk_cache.STATS["cpu made"] == 2 and not disk_cache.STATS["cpu loaded"]
+    assert kept(products_only) == fewer and kept(base) == every
+    assert disk_cache.STATS["cpu made"] == 2 and disk_cache.STATS["cpu loaded"] == 2

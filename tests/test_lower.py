@@ -16,8 +16,10 @@ import pytest
 
 import tegrad as tg
 from tegrad.backends.cpu.compiler import compiler
-from tegrad.backends.numpy_eval import evaluate_compute
-from tegrad.backends.numpy_kernels import _regions, run_kernel
+from tegrad.backends.host.evaluate import evaluate_compute
+from tegrad.backends.host.kernels import run_kernel
+from tegrad.backends.host.ops import HostOps
+from tegrad.backends.host.scatter import regions
 from tegrad.ir.expr import Binary
 from tegrad.ir.tensor import Placeholder
 from tegrad.ir.traverse import topo_tensors
@@ -49,19 +51,22 @@ def feed_for(t, seed=0):
     return out
 
 
-def run_planned(t, arrays):
+HOST = HostOps()  # NumPy's products and copies, the default layout settings
+
+
+def run_planned(t, arrays, host=HOST):
     """Run every kernel of the plan of ``t``; the last one is ``t``'s."""
     arrays = dict(arrays)
     kinds = []
     for k in plan([t]).kernels:
-        arrays[k.tensor] = run_kernel(k, arrays, evaluate_compute)
+        arrays[k.tensor] = run_kernel(k, arrays, host)
         kinds.append(k.kind)
     return arrays[t], kinds[-1]
 
 
-def assert_matches(t, kind, rtol=1e-10, seed=0):
+def assert_matches(t, kind, rtol=1e-10, seed=0, host=HOST):
     arrays = feed_for(t, seed)
-    got, got_kind = run_planned(t, arrays)
+    got, got_kind = run_planned(t, arrays, host)
     assert got_kind == kind, f"{t.name}: planned {got_kind}, wanted {kind}\n{t}"
     want = evaluate_compute(t, arrays)
     assert got.shape == want.shape and got.dtype == want.dtype
@@ -281,16 +286,16 @@ def test_strided_input_grad_is_split_by_residue():
 def test_strided_input_grad_writes_its_phases_with_one_copy(cfg, grid):
     """The residue classes of a strided input gradient are the phases of its output: each
     piece's product fills a block of one workspace, and one copy interleaves them
-    (``numpy_kernels._phase_grid``); classes of unequal sizes keep a copy each. Values:
+    (``host/views.phase_grid``); classes of unequal sizes keep a copy each. Values:
     ``test_conv``."""
-    from tegrad.backends.numpy_kernels import _phase_grid, _ranges, _view
+    from tegrad.backends.host.views import phase_grid, ranges_of, view
 
     _, Wt, _, Hd, kw = _conv_problem(cfg)
     dX = bench.conv2d_input_grad(Hd, Wt, cfg[:4], **kw)
     c = match_contraction(dX)
     out = np.zeros(c.shape, "float32")
-    targets = [_view(out, p.out_index, _ranges(p), writeable=True)[0] for p in c.pieces]
-    found = _phase_grid(out, targets)
+    targets = [view(out, p.out_index, ranges_of(p), writeable=True)[0] for p in c.pieces]
+    found = phase_grid(out, targets)
     if grid is None:
         assert found is None
         return
@@ -301,7 +306,7 @@ def test_strided_input_grad_writes_its_phases_with_one_copy(cfg, grid):
 
 
 def _assert_slots_land(found, targets):
-    """Each slot of ``_phase_grid``'s workspace, once copied to its grid, is exactly its
+    """Each slot of ``phase_grid``'s workspace, once copied to its grid, is exactly its
     target's elements."""
     slots, stacked, grid = found
     for k, slot in enumerate(slots):
@@ -313,7 +318,7 @@ def _assert_slots_land(found, targets):
 
 @pytest.mark.parametrize("case", ["2 x 2", "1 x 3", "unit stride", "not a grid"])
 def test_phase_grid_of_views(case):
-    from tegrad.backends.numpy_kernels import _phase_grid
+    from tegrad.backends.host.views import phase_grid
 
     out = np.zeros((4, 6, 9), "float32")
     targets = {"2 x 2": [out[:, a::2, b::2][:, :3, :4] for a in (0, 1) for b in (0, 1)],
@@ -321,7 +326,7 @@ def test_phase_grid_of_views(case):
                "unit stride": [out[0], out[1]],
                "not a grid": [out[:, a::2, b::3][:, :3, :3] for a, b in
                               ((0, 0), (0, 1), (1, 0), (1, 2))]}[case]
-    found = _phase_grid(out, targets)
+    found = phase_grid(out, targets)
     if case in ("unit stride", "not a grid"):
         assert found is None
         return
@@ -330,10 +335,10 @@ def test_phase_grid_of_views(case):
 
 @pytest.mark.parametrize("case", ["2 x 2 phases", "uneven", "one"])
 def test_phase_plane_copies_are_joined_where_they_line_up(case):
-    """``_joined``: copies at addresses affine in a grid index, of one shape and strides,
+    """``joined``: copies at addresses affine in a grid index, of one shape and strides,
     become one copy with the grid's dims leading (a stride-2 input's four phase planes);
     otherwise None, and each is copied on its own."""
-    from tegrad.backends.numpy_kernels import _joined
+    from tegrad.backends.host.views import joined
 
     x = np.arange(2 * 9 * 10, dtype="float32").reshape(2, 9, 10)
     planes = np.zeros((2, 2, 2, 5, 6), "float32")
@@ -345,11 +350,11 @@ def test_phase_plane_copies_are_joined_where_they_line_up(case):
             pairs.append((planes[a, b, :, 1 - a:1 - a + n, 1 - b:1 - b + 5],
                           x[:, 1 - a::2, 1 - b::2][:, :n, :5]))
     pairs = pairs[:1] if case == "one" else pairs
-    joined = _joined(pairs, [1] if case == "one" else [2, 2])
+    found = joined(pairs, [1] if case == "one" else [2, 2])
     if case != "2 x 2 phases":
-        assert joined is None
+        assert found is None
         return
-    dst, src = joined
+    dst, src = found
     assert dst.shape == src.shape == (2, 2, 2, 4, 5)
     dst[...] = src
     for d, s in pairs:
@@ -481,9 +486,9 @@ def test_scatter_duplicates_accumulate():
 
 
 def test_scatter_chunks(monkeypatch):
-    import tegrad.backends.numpy_kernels as nk
+    import tegrad.backends.host.scatter as scatter
 
-    monkeypatch.setattr(nk, "GRID_LIMIT", 7)
+    monkeypatch.setattr(scatter, "SCATTER_GRID_POINTS", 7)
     for case in SCATTERS.values():
         assert_matches(case(), "scatter")
 
@@ -491,7 +496,7 @@ def test_scatter_chunks(monkeypatch):
 def test_regions_cover_the_grid():
     for extents, limit in (([5, 7, 3], 10), ([4, 4], 100), ([3, 50], 7), ([2, 0, 3], 4)):
         seen = np.zeros(extents, dtype=int)
-        for r in _regions(extents, limit):
+        for r in regions(extents, limit):
             assert np.prod([hi - lo for lo, hi in r]) <= max(limit, 1)
             seen[tuple(slice(lo, hi) for lo, hi in r)] += 1
         assert (seen == 1).all()
@@ -554,9 +559,9 @@ if given is not None:
         ran = dict(arrays)
         # a part extracted from a compute is read only where the guards of its path hold
         # (elsewhere its value is unused): it is checked through the compute reading it
-        parts = {t for k in kernels for t in getattr(k.detail, "parts", ())}
+        parts = {t for k in kernels for t in getattr(k, "parts", ())}
         for k in kernels:
-            got = ran[k.tensor] = run_kernel(k, ran, evaluate_compute)
+            got = ran[k.tensor] = run_kernel(k, ran, HOST)
             if k.tensor in parts:  # (its reference, for a kernel that reads it directly)
                 arrays[k.tensor] = evaluate_compute(k.tensor, arrays)
                 continue
@@ -571,35 +576,37 @@ if given is not None:
 def test_large_problem_paths(monkeypatch, knob):
     """Copies split over threads and GEMMs made in blocks (along a batch axis, or along a
     reduced axis with the blocks added up) give the same values; forced on small arrays."""
-    import tegrad.backends.numpy_kernels as nk
+    import functools
 
+    import tegrad.backends.host.ops as ops
+    import tegrad.backends.host.products as products
+
+    host = HOST
     if knob == "parallel copies":
-        monkeypatch.setattr(nk, "PARALLEL_COPY_MIN", 1)
-        monkeypatch.setattr(nk, "_THREADS", 3)
+        monkeypatch.setattr(ops, "PARALLEL_COPY_MIN", 1)
+        host = HostOps(copy=functools.partial(ops.numpy_copy, threads=3))
     else:
-        monkeypatch.setattr(nk, "BLOCK_ELEMENTS", 16)
+        monkeypatch.setattr(products, "BLOCK_ELEMENTS", 16)
     for cfg in CONVS[:3] + CONVS[5:6]:
         X, Wt, Y, Hd, kw = _conv_problem(cfg)
         for t in (Y, bench.conv2d_weight_grad(Hd, X, Wt.shape, **kw),
                   bench.conv2d_input_grad(Hd, Wt, X.shape, **kw)):
-            assert_matches(t, "contraction")
+            assert_matches(t, "contraction", host=host)
     for case in ("uneven residue classes", "batched matmul", "matmul dB", "three operands"):
-        assert_matches(CONTRACTIONS[case](), "contraction")
+        assert_matches(CONTRACTIONS[case](), "contraction", host=host)
 
 
 def test_row_widening_of_residue_classes(monkeypatch):
     """A stride-2 input gradient's classes that read two taps along x write columns that
     step by 2: they are widened too (their products loop over the taps), and the values
-    still match (``test_conv``). With ``MAX_WIDENED_STEP`` 1 none is."""
-    from tegrad.lower import contraction
+    still match (``test_conv``). With ``max_widened_step`` 1 none is."""
 
     _, Wt, _, Hd, kw = _conv_problem(CONVS[1])
     dX = bench.conv2d_input_grad(Hd, Wt, CONVS[1][:4], **kw)
     widened = [p.widen for p in match_contraction(dX).pieces if p.widen is not None]
     assert len(widened) == 2 and all(w[1] == 5 for w in widened)  # 4 columns + 1 tap
     assert_matches(dX, "contraction")
-    monkeypatch.setattr(contraction, "MAX_WIDENED_STEP", 1)
-    assert all(p.widen is None for p in match_contraction(dX).pieces)
+    assert all(p.widen is None for p in match_contraction(dX, max_widened_step=1).pieces)
 
 
 def test_row_widening_is_exercised():
@@ -614,16 +621,20 @@ def test_row_widening_is_exercised():
     assert match_contraction(dW).pieces[0].widen is None
 
 
-def _copied_shapes(monkeypatch):
-    """The shapes of the copies ``numpy_kernels`` makes from now on (its layout choices
-    forgotten, so that they are made again under the test's settings)."""
-    from tegrad.backends import numpy_kernels
+def _copied_shapes(monkeypatch, **settings):
+    """``(shapes, host)``: a host whose copies record their shapes in ``shapes``, with
+    ``settings`` (``HostOps`` fields), the engine's layout choices forgotten so that they
+    are made again under them."""
+    from tegrad.backends.host import ops, products
 
-    shapes, copy = [], numpy_kernels._copy
-    monkeypatch.setattr(numpy_kernels, "_LOOPED", {})
-    monkeypatch.setattr(numpy_kernels, "_copy",
-                        lambda dst, src: (shapes.append(dst.shape), copy(dst, src)))
-    return shapes
+    shapes = []
+    monkeypatch.setattr(products, "_LOOPED", {})
+
+    def copy(dst, src):
+        shapes.append(dst.shape)
+        ops.numpy_copy(dst, src)
+
+    return shapes, HostOps(copy=copy, **settings)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -632,11 +643,9 @@ def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtyp
     ``X`` with ``r`` and ``y`` at one stride: the overlap copy holds the padded ``X`` over
     ``(n, c, s, y + r, x)``, three shifted copies (im2col's over ``(c, r, s, y, x)`` holds
     nine), the kernel rows a batch of products and the images their terms. H is wider than
-    the columns the sum reads (9 against 6). With ``OVERLAP_BYTES`` below that copy's size
+    the columns the sum reads (9 against 6). With ``overlap_bytes`` below that copy's size
     the copy is made in two parts, one image each; below one image's, the im2col copy
     comes back. All equal the reference."""
-    from tegrad.backends import numpy_kernels
-
     X, Hd = ph((2, 3, 7, 6), "X", dtype), ph((2, 4, 7, 9), "H", dtype)
     n, y, x = tg.reduce_axis(2, "n"), tg.reduce_axis(7, "y"), tg.reduce_axis(6, "x")
 
@@ -647,18 +656,16 @@ def test_weight_gradient_copies_its_input_three_times_not_nine(monkeypatch, dtyp
 
     t = tg.compute((4, 3, 3, 3), body, name="dW")
     rtol = 1e-10 if dtype == "float64" else 1e-5
-    copied = _copied_shapes(monkeypatch)
-    assert_matches(t, "contraction", rtol=rtol)
+    copied, host = _copied_shapes(monkeypatch)
+    assert_matches(t, "contraction", rtol=rtol, host=host)
     overlap, im2col = (2, 3, 3, 7 + 3 - 1, 6), 9 * 2 * 3 * 7 * 6  # (n, c, r, s, y, x)
     assert overlap in copied and im2col not in map(np.prod, copied)
     size = np.dtype(dtype).itemsize * int(np.prod(overlap))
-    copied = _copied_shapes(monkeypatch)
-    monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", size - 1)
-    assert_matches(t, "contraction", rtol=rtol)
+    copied, host = _copied_shapes(monkeypatch, overlap_bytes=size - 1)
+    assert_matches(t, "contraction", rtol=rtol, host=host)
     assert copied.count((1, *overlap[1:])) == 2 and overlap not in copied
-    copied = _copied_shapes(monkeypatch)
-    monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", size // 2 - 1)
-    assert_matches(t, "contraction", rtol=rtol)
+    copied, host = _copied_shapes(monkeypatch, overlap_bytes=size // 2 - 1)
+    assert_matches(t, "contraction", rtol=rtol, host=host)
     assert (1, *overlap[1:]) not in copied and im2col in map(np.prod, copied)
 
 
@@ -677,8 +684,9 @@ def test_overlap_copy_on_either_side_of_the_product(monkeypatch, order):
         read = tg.if_then_else(tg.all(0 <= h, h < 7, 0 <= w, w < 6), X[n, c, h, w], 0.0)
         return tg.sum(Hd[n, k, y, x] * read, axis=[n, y, x])
 
-    copied = _copied_shapes(monkeypatch)
-    assert_matches(tg.compute(tuple(shape[v] for v in order), body, name="dW"), "contraction")
+    copied, host = _copied_shapes(monkeypatch)
+    assert_matches(tg.compute(tuple(shape[v] for v in order), body, name="dW"), "contraction",
+                   host=host)
     assert any(len(c) == 5 and c[-2:] == (9, 6) for c in copied)  # (.., y + r, x)
 
 
@@ -695,8 +703,8 @@ def test_overlap_copy_of_reads_backwards(monkeypatch, flipped):
         row, col = (8 - y - r, 7 - x - s) if flipped == "both" else (y - r + 2, x - s + 2)
         return tg.sum(G[n, k, 6 - y, 5 - x] * X[n, c, row, col], axis=[n, y, x])
 
-    copied = _copied_shapes(monkeypatch)
-    assert_matches(tg.compute((4, 3, 3, 3), body, name="dWflip"), "contraction")
+    copied, host = _copied_shapes(monkeypatch)
+    assert_matches(tg.compute((4, 3, 3, 3), body, name="dWflip"), "contraction", host=host)
     assert ((2, 3, 3, 9, 6) in copied) == (flipped == "both")
 
 

@@ -152,9 +152,9 @@ def test_looped_conv_products_match_torch(name, target):
 def test_accumulated_blocks_are_products_adding_into_the_output(monkeypatch):
     """A product made in blocks of its reduced axis adds the later blocks into the output
     with BLAS (``beta = 1``): every block is a recorded product, replayed correctly."""
-    from tegrad.backends import numpy_kernels
+    from tegrad.backends.host import products
 
-    monkeypatch.setattr(numpy_kernels, "BLOCK_ELEMENTS", 512)
+    monkeypatch.setattr(products, "BLOCK_ELEMENTS", 512)
     inputs, outputs = _program("matmul float64")
     f = tg.build(inputs, outputs, target="cpu")
     ref = tg.build(inputs, outputs, target="numpy")
@@ -176,10 +176,10 @@ def test_accumulated_blocks_are_products_adding_into_the_output(monkeypatch):
 def test_weight_gradient_overlap_copy_is_replayed(monkeypatch, parts):
     """A stride-1 weight gradient copies its input three times (``_overlap_layout``) and
     runs its three kernel rows as one batch of products, the images as terms; with
-    ``OVERLAP_BYTES`` at two images' copy, five images go in three parts (2, 2, 1), the
+    ``overlap_bytes`` at two images' copy, five images go in three parts (2, 2, 1), the
     later parts' products added to the first's with BLAS. Recorded and replayed, equal to
     the NumPy backend's and to the sum written out with ``np.einsum`` in float64."""
-    from tegrad.backends import numpy_kernels
+    from tegrad.backends.host import products
 
     X = tg.placeholder((5, 8, 12, 12), "float32", "X")
     W = tg.placeholder((8, 8, 3, 3), "float32", "W")
@@ -187,11 +187,12 @@ def test_weight_gradient_overlap_copy_is_replayed(monkeypatch, parts):
     H = tg.placeholder(Y.shape, "float32", "H")
     (dW,) = tg.gradient(Y, [W], head=H)
     image = 4 * 8 * 3 * (12 + 3 - 1) * 12  # (c, s, y + r, x) of one image
+    options = tg.Options.from_environment()
     if parts > 1:
-        monkeypatch.setattr(numpy_kernels, "OVERLAP_BYTES", 2 * image)
-    monkeypatch.setattr(numpy_kernels, "_LOOPED", {})  # (layouts chosen under this limit)
-    f = tg.build([X, H], [dW], target="cpu")
-    ref = tg.build([X, H], [dW], target="numpy")
+        options = options.replace(overlap_bytes=2 * image)
+    monkeypatch.setattr(products, "_LOOPED", {})  # (layouts chosen under this limit)
+    f = tg.build([X, H], [dW], target="cpu", options=options)
+    ref = tg.build([X, H], [dW], target="numpy", options=options)
     for seed in (1, 2, 1):
         x, h = arrays = _arrays([X, H], seed)
         padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
@@ -236,7 +237,7 @@ def test_layouts_beyond_the_limit_take_the_general_path(monkeypatch):
 
 
 def test_the_general_path_sets_the_targets_helpers_where_the_program_did_not(monkeypatch):
-    """A program of contractions runs without program-wide hooks unless the BLAS has
+    """A program of contractions runs without holding the BLAS at one thread unless it has
     threads of its own (OpenBLAS); a contraction that takes the general path (a layout
     beyond the limit) still makes its products through ``tg_gemm`` on the program's
     threads, not ``np.matmul``."""
@@ -246,7 +247,7 @@ def test_the_general_path_sets_the_targets_helpers_where_the_program_did_not(mon
     inputs, outputs = _program("matmul float64")
     f = tg.build(inputs, outputs, target="cpu")
     ref = tg.build(inputs, outputs, target="numpy")
-    assert f.program.hooked == gemm.blas_threads_shared()
+    assert f.program.holds_blas_threads == gemm.blas_threads_shared()
     a, b, h = _arrays(inputs, 3)
     f(a, b, h)  # recorded
     made, real = [], gemm.matmul
@@ -281,7 +282,7 @@ def test_lstm_step_products_are_replayed():
         _assert_close(f(*arrays), ref(*arrays), "float32")
     steps = [s for k in f.program.steps if hasattr(k, "steps") for s in _contractions(k)]
     assert steps and all(s.recipes and None not in s.recipes.values() for s in steps)
-    assert f.program.hooked  # (a scan's step programs take the program's hooks)
+    assert f.program.holds_blas_threads  # (a scan runs NumPy work between its products)
 
 
 def test_threads_replay_their_own_workspace():
@@ -328,9 +329,12 @@ def term_kernel_choice(request, monkeypatch):
     from tegrad.backends.cpu import gemm
 
     monkeypatch.setenv("TEGRAD_TERM_KERNEL", "1" if request.param == "kernel" else "0")
+    tg.Options.from_environment(refresh=True)
     gemm._blas.cache_clear()
     yield request.param
-    gemm._blas.cache_clear()  # (the variable is restored before the next call)
+    monkeypatch.undo()
+    tg.Options.from_environment(refresh=True)
+    gemm._blas.cache_clear()
 
 
 @pytest.mark.parametrize("batch,hidden", list(_WEIGHT_LAYOUTS))
@@ -343,7 +347,7 @@ def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, batch, hid
     the product (float32, AVX-512, each thread's block 8 rows and 128 columns or more),
     split by rows where the rows fit a core's cache, else packed by MKL. Results equal the
     NumPy backend's, also after ``W`` changed in place between two calls."""
-    from tegrad.backends.cpu import gemm, packed, program, step_trace
+    from tegrad.backends.cpu import gemm, packed, step_trace
 
     made = []
     fixed = packed.fixed_operand_product
@@ -372,7 +376,8 @@ def test_scan_products_lay_out_their_weight_once_per_run(dtype, mode, batch, hid
     assert len(made) == (2 if mode == "gradient" else 1)
     kind, by_rows = _WEIGHT_LAYOUTS[batch, hidden]
     assert gemm._blas().direct_terms == (term_kernel_choice == "kernel")
-    if dtype == "float32" and gemm._blas().direct and program.num_threads() == 2:
+    threads = tg.Options.from_environment().machine.threads
+    if dtype == "float32" and gemm._blas().direct and threads == 2:
         if kind == "RowsGemm":  # h W^T, W stored transposed
             assert kinds[0] == kind and made[0].call.by_rows == by_rows, kinds
         elif gemm.blas_name() == "mkl":

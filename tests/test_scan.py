@@ -279,7 +279,7 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
     gradients for the input and weight gradients (rows in reversed order) instead of those
     recomputing them after it; no kernel is left that only the recomputations read. The
     gradients are those of the recomputation."""
-    import tegrad.lower.saved_steps as saved_steps
+    import tegrad.lower.plan as plan_module
     from tegrad.backends.cpu import compiler
 
     if target == "cpu" and compiler.compiler() is None:
@@ -293,7 +293,7 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
     outputs = [out, *tg.gradient(out, placeholders, head=head)]
     f = tg.build([*placeholders, head], outputs, target=target)
     kernels = f.program.plan.kernels
-    kept = [[v.name for v in k.detail.saved] for k in kernels if k.kind == "scan"]
+    kept = [[v.name for v in k.saved] for k in kernels if k.kind == "scan"]
     assert len(kept) == 2 and len(kept[1]) == 1, kept
     forward_kept = {name.split(".", 1)[1] for name in kept[0]}
     assert forward_kept == {f"{v}.step.fwd" for v in
@@ -305,15 +305,15 @@ def test_lstm_backward_keeps_the_forward_products(target, checkpoint, monkeypatc
                                   ".h_proj.step.fwd")) for name in made)
     rng = np.random.default_rng(3)
     arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
-    monkeypatch.setattr(saved_steps, "KEEP_STEP_KERNELS", False)  # products alone
-    products = tg.build([*placeholders, head], outputs, target=target)
-    kept = [[v.name for v in k.detail.saved] for k in products.program.plan.kernels
+    products = tg.build([*placeholders, head], outputs, target=target,  # products alone
+                        options=tg.Options.from_environment().replace(keep_step_kernels=False))
+    kept = [[v.name for v in k.saved] for k in products.program.plan.kernels
             if k.kind == "scan"]
     assert [[name.split(".", 1)[1] for name in names] for names in kept] == [
         ["h_proj.step.fwd"], [kept[1][0].split(".", 1)[1]]], kept
-    monkeypatch.setattr(saved_steps, "keep_step_values", lambda kernels, outputs: kernels)
+    monkeypatch.setattr(plan_module, "keep_step_values", lambda kernels, outputs, keep: kernels)
     recomputed = tg.build([*placeholders, head], outputs, target=target)
-    assert not any(k.detail.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
+    assert not any(k.saved for k in recomputed.program.plan.kernels if k.kind == "scan")
     for got, mid, want in zip(f(*arrays), products(*arrays), recomputed(*arrays), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-13)
         np.testing.assert_allclose(mid, want, rtol=1e-12, atol=1e-13)
@@ -325,7 +325,6 @@ def test_gru_backward_reads_the_gates_its_forward_kept(target, monkeypatch):
     read them and the forward scan keeps them, with ``h W_hh^T`` (the candidate's gradient
     reads its ``h`` part): no kernel after the forward recomputes a gate. The gradients are
     those of the program that keeps the products alone."""
-    import tegrad.lower.saved_steps as saved_steps
     from tegrad.backends.cpu import compiler
 
     if target == "cpu" and compiler.compiler() is None:
@@ -339,12 +338,12 @@ def test_gru_backward_reads_the_gates_its_forward_kept(target, monkeypatch):
     outputs = [out, *tg.gradient(out, placeholders, head=head)]
     f = tg.build([*placeholders, head], outputs, target=target)
     forward = next(k for k in f.program.plan.kernels if k.kind == "scan")
-    assert {v.name.split(".", 1)[1] for v in forward.detail.saved} == {
+    assert {v.name.split(".", 1)[1] for v in forward.saved} == {
         "h_proj.step.fwd", "gater.step.fwd", "gatez.step.fwd", "gaten.step.fwd"}
     assert not any(".gate" in k.tensor.name and k.tensor.name.endswith(".fwd")
                    for k in f.program.plan.kernels)
-    monkeypatch.setattr(saved_steps, "KEEP_STEP_KERNELS", False)
-    products = tg.build([*placeholders, head], outputs, target=target)
+    products = tg.build([*placeholders, head], outputs, target=target,
+                        options=tg.Options.from_environment().replace(keep_step_kernels=False))
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(p.shape) for p in [*placeholders, head]]
     for got, want in zip(f(*arrays), products(*arrays), strict=True):

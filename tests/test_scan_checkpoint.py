@@ -17,8 +17,8 @@ import pytest
 import torch
 
 import tegrad as tg
-from tegrad.backends.runtime import TARGETS
-from tegrad.backends.scan_run import CheckpointedHistory
+from tegrad.backends.host.scan_run import CheckpointedHistory
+from tegrad.backends.target import known
 from tegrad.nn import recurrent
 from test_scan import ph, recurrent_case
 
@@ -26,8 +26,8 @@ CHECKPOINTS = [1, 2, 3, 4, 50]  # 1; dividing 6 steps; not dividing; k >= T
 
 
 def scan_kernels(f, name=None):
-    return [k.detail for k in f.program.plan.kernels
-            if k.kind == "scan" and (name is None or k.detail.op.name == name)]
+    return [k for k in f.program.plan.kernels
+            if k.kind == "scan" and (name is None or k.op.name == name)]
 
 
 def checkpointed_names(f) -> set[str]:
@@ -218,7 +218,7 @@ def record_histories(monkeypatch) -> dict:
     return seen
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", known())
 @pytest.mark.parametrize("steps,k", [(100, 1), (100, 6), (100, 7), (100, 38), (100, 200)])
 def test_checkpointed_history_holds_less_and_recomputes_each_segment_once(monkeypatch, steps,
                                                                          k, target):
@@ -250,7 +250,7 @@ def test_checkpointed_history_holds_less_and_recomputes_each_segment_once(monkey
                                   tg.evaluate(plain_y.op.outputs[0], feed, target=target))
 
 
-@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("target", known())
 def test_checkpointing_lowers_the_peak_of_a_backward(target):
     """NumPy reports its arrays to tracemalloc: the peak of a run of the program falls by
     about the history (the gradient of y0 alone, so the adjoint scan is the peak). The

@@ -71,7 +71,7 @@ def test_an_lstm_backward_reads_the_forward_scan_instead_of_running_it(target, c
     scans = [k for k in backward.program.plan.kernels if k.kind == "scan"]
     assert len(scans) == 1 and ".adj" in scans[0].tensor.name  # the adjoint alone
     (forward_scan,) = [k for k in forward.program.plan.kernels if k.kind == "scan"]
-    kept = forward_scan.detail.outputs  # the histories, the kept gates and tanh(c)
+    kept = forward_scan.outputs  # the histories, the kept gates and tanh(c)
     assert len(kept) == 2 + 5 and set(kept) <= set(backward.saved_tensors), kept
     rng = np.random.default_rng(2)
     arrays = [rng.standard_normal(p.shape) * 0.5 for p in ps]

@@ -61,6 +61,7 @@ from .ir.expr import Expr, Var
 from .ir.scan import scan
 from .ir.tensor import Compute, Placeholder, Tensor, compute, placeholder
 from .lower.cost import count_ops
+from .options import Machine, Options
 from .simplify import simplify
 
 __version__ = "0.1.0"
@@ -100,7 +101,9 @@ __all__ = [
     "GradCheckReport",
     "GradientCheckError",
     "IRError",
+    "Machine",
     "NotDifferentiableError",
+    "Options",
     "Placeholder",
     "Tensor",
     "Var",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
-from .ir.disk_cache import remembered
+from .cache.disk import remembered
 from .ir.scan import refuse_lag_reads
 from .ir.tensor import Tensor, compute
 from .simplify import simplify_compute
@@ -19,7 +19,7 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
     Jacobians (``output.shape + input.shape``). Results are ordinary tensors in gather
     form wherever the index equations could be solved; equal computes are made once
     (``simplify/common.py``). A new process asking for the gradient of an equal graph
-    loads it from the disk cache (``ir/disk_cache.py``).
+    loads it from the disk cache (``cache/disk.py``).
     """
     wrt = [inputs] if isinstance(inputs, Tensor) else inputs
     refuse_lag_reads([output])

@@ -5,7 +5,7 @@ setting ``benchmarks/bench_ab.py`` turns off, or a switch of ``tests/differentia
 and the facts of the machine (``Machine``: threads, last-level cache, processor vendor).
 It is read from the environment in one place, ``from_environment``; nothing else in
 tegrad reads a ``TEGRAD_*`` variable. ``tg.build(..., options=...)`` takes another value
-(``dataclasses.replace(tg.Options.from_environment(), merge_products=False)``), and the
+(``tg.Options.from_environment().replace(merge_products=False)``), and the
 disk cache keys a stored program by the whole value (``cache_key``), so a program made
 under one setting is never served under another.
 
@@ -30,12 +30,13 @@ The last three say where and whether, not what: they are read at each use
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
-def _cores() -> int:
+def cores() -> int:
     """The cores this process may use."""
     try:
         return len(os.sched_getaffinity(0))
@@ -91,7 +92,7 @@ class Machine:
 
     @classmethod
     def here(cls) -> Machine:
-        return cls(threads=_positive("TEGRAD_NUM_THREADS", _cores()),
+        return cls(threads=_positive("TEGRAD_NUM_THREADS", cores()),
                    copy_threads=_positive("TEGRAD_COPY_THREADS", 1),
                    last_level_cache=_last_level_cache(), vendor=_vendor())
 
@@ -140,6 +141,10 @@ class Options:
                 else "mkl"
             _READ[:] = [cls(machine=machine, term_kernel=term, blas=blas)]
         return _READ[0]
+
+    def replace(self, **changes) -> Options:
+        """These options with ``changes`` (field -> value) applied."""
+        return dataclasses.replace(self, **changes)
 
     def cache_key(self) -> bytes:
         """The bytes the disk cache adds to a stored program's key."""

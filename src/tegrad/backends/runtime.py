@@ -1,48 +1,34 @@
-"""``tg.build`` and ``tg.evaluate``: argument checking and target dispatch."""
+"""``tg.build`` and ``tg.evaluate``: argument checking, lowering and the target's programs
+(``target.py``)."""
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 
+from ..cache.disk import remembered
 from ..ir.tensor import Compute, Placeholder, Tensor
 from ..ir.traverse import topo_tensors
-from .cpu.errors import CompileError
-
-TARGETS = ("numpy", "cpu")
-_WARNED: list[bool] = []
-
-
-def default_target() -> str:
-    """``target=None``: ``$TEGRAD_TARGET`` when set, else the compiled ``"cpu"`` target when
-    a C compiler is present, else ``"numpy"`` (with a warning, once)."""
-    chosen = os.environ.get("TEGRAD_TARGET")
-    if chosen:
-        return chosen
-    from .cpu.compiler import compiler
-
-    if compiler() is not None:
-        return "cpu"
-    if not _WARNED:
-        _WARNED.append(True)
-        warnings.warn("no C compiler found (set CC or install gcc): tegrad falls back to the "
-                      "NumPy backend, which is slower", RuntimeWarning, stacklevel=3)
-    return "numpy"
+from ..lower.plan import compiled, plan
+from ..options import Options
+from . import targets  # noqa: F401 - registers the targets
+from .target import Target, TargetFailed, default_target, fallback_after, resolve
 
 
-def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
-    """Compile ``outputs`` (one tensor, or a list) to a callable taking ``inputs``' arrays."""
+def build(inputs: Sequence[Tensor], outputs, target: str | None = None,
+          options: Options | None = None):
+    """Compile ``outputs`` (one tensor, or a list) to a callable taking ``inputs``' arrays.
+    ``options``: the settings to plan and generate under (default: this machine's,
+    ``Options.from_environment()``)."""
     single = isinstance(outputs, Tensor)
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     check_signature(ins, outs)
-    from ..lower.plan import plan
-
-    target, (program,) = make_programs(lambda: [(plan(outs), ins)], target,
-                                       remember=(ins, outs))
+    options = options or Options.from_environment()
+    target, (program,) = make_programs(lambda: [(plan(outs, options=options), ins)], target,
+                                       remember=(ins, outs), options=options)
     expected = input_specs(ins)
 
     def run(*arrays):
@@ -56,48 +42,46 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None):
     return run
 
 
-def make_programs(make_plans, target: str | None, remember: tuple | None = None
-                  ) -> tuple[str, list]:
-    """``(target, programs)``: one program per ``(plan, inputs)`` of ``make_plans()`` for the
-    target (None: the fastest available; if that is the compiled one and it cannot build
-    for this machine, the NumPy backend, with a warning). ``remember``: the tensors that
-    ``make_plans`` depends on alone; the cpu target then keeps its blueprints in the disk
-    cache (``ir/disk_cache.py``), so a new process building an equal program loads them."""
+def make_programs(make_plans, target: str | None, remember: tuple | None = None,
+                  options: Options | None = None) -> tuple[str, list]:
+    """``(target, programs)``: one program per ``(plan, inputs)`` of ``make_plans()`` (plans
+    as ``lower.plan`` makes them, unfused) for the target (None: the fastest available;
+    if it fails to make the programs on this machine, the next, with a warning).
+    ``remember``: the tensors that ``make_plans`` depends on alone; a ``cached`` target
+    then keeps its prepared plans in the disk cache under them and ``options``, so a new
+    process building an equal program loads them."""
+    options = options or Options.from_environment()
     chosen = target is None
-    target = target or default_target()
-    if target == "cuda":
-        raise ValueError(
-            "target 'cuda' is not available in this build of tegrad; "
-            f"available: {', '.join(TARGETS)} (or None for the fastest available)"
-        )
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r}; choose from numpy, cpu, cuda")
-    from .numpy_backend import NumpyProgram
-
-    if target == "numpy":
-        return target, [NumpyProgram(p, ins) for p, ins in make_plans()]
-    from .cpu.compiler import CompilerMissing, compiler
-
-    if compiler() is None:
-        raise CompilerMissing("target 'cpu' needs a C compiler (set CC or install gcc); "
-                              "target=None falls back to 'numpy'")
-    from ..ir.disk_cache import remembered
-    from .cpu.program import CpuProgram, blueprint
-
-    def blueprints():
-        return [(blueprint(p), ins) for p, ins in make_plans()]
-
-    try:
-        made = blueprints() if remember is None else remembered("cpu", remember, blueprints)
-        return target, [CpuProgram(b, ins) for b, ins in made]
-    except CompileError as error:
+    name = default_target() if chosen else target
+    while True:
+        made = resolve(name)
         if not chosen:
-            raise
-        # the compiler is there but cannot build for this machine (no OpenMP, no libmvec):
-        # the target was ours to choose, so run on the reference backend and say why
-        warnings.warn(f"the compiled cpu target failed ({str(error).splitlines()[0]}); "
-                      "running on the NumPy backend", RuntimeWarning, stacklevel=3)
-        return "numpy", [NumpyProgram(p, ins) for p, ins in make_plans()]  # planned anew
+            missing = made.unavailable()
+            if missing is not None:
+                raise missing
+        try:
+            return name, _programs(made, make_plans, remember, options)
+        except TargetFailed as error:
+            after = fallback_after(name) if chosen else None
+            if after is None:
+                raise
+            # the target was ours to choose: run on the next one and say why
+            warnings.warn(f"the {made.description} failed ({str(error).splitlines()[0]}); "
+                          f"running on {resolve(after).description}", RuntimeWarning,
+                          stacklevel=3)
+            name = after
+
+
+def _programs(made: Target, make_plans, remember: tuple | None, options: Options) -> list:
+    def prepared():
+        return [(made.prepare(compiled(p, options) if made.fused else p, options), ins)
+                for p, ins in make_plans()]
+
+    if made.cached and remember is not None:
+        ready = remembered(made.name, remember, prepared, salt=options.cache_key())
+    else:
+        ready = prepared()
+    return [made.program(p, ins, options) for p, ins in ready]
 
 
 def input_specs(ins: list) -> list:
@@ -118,14 +102,14 @@ def checked_feed(expected: list, arrays: tuple) -> dict:
     return feed
 
 
-def evaluate(outputs, feed: dict, target: str | None = None):
+def evaluate(outputs, feed: dict, target: str | None = None, options: Options | None = None):
     """Build and run once: ``feed`` maps placeholders to arrays."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
     needed = [t for t in topo_tensors(outs) if isinstance(t, Placeholder)]
     for p in needed:
         if p not in feed:
             raise ValueError(f"no value fed for placeholder {p.name} {p.shape} {p.dtype}")
-    f = build(needed, outputs, target)
+    f = build(needed, outputs, target, options)
     return f(*(feed[p] for p in needed))
 
 

@@ -20,6 +20,9 @@ from collections.abc import Sequence
 
 from ..ir import dtype as dt
 from ..ir.tensor import Placeholder, Tensor, placeholder
+from ..lower.plan import plan
+from ..lower.split import split_plan
+from ..options import Options
 from .runtime import check_signature, checked_feed, input_specs, make_programs
 
 
@@ -51,20 +54,22 @@ class SplitVJP:
     backward reads; ``backward(values, head_arrays)`` the gradients' arrays."""
 
     def __init__(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
-                 heads: Sequence[Tensor], grads: Sequence[Tensor], target: str | None = None):
-        from ..lower.plan import plan
-        from ..lower.split import split_plan
+                 heads: Sequence[Tensor], grads: Sequence[Tensor], target: str | None = None,
+                 options: Options | None = None):
+        options = options or Options.from_environment()
 
         self.outputs, self.heads = list(outputs), list(heads)
 
         def plans():
-            first, second, residuals, read = split_plan(plan([*self.outputs, *grads]),
+            first, second, residuals, read = split_plan(plan([*self.outputs, *grads],
+                                                             options=options),
                                                         self.outputs, list(grads))
             kept = [p for p in read if not any(p is h for h in self.heads)]
             return [(first, list(inputs)), (second, [*kept, *residuals, *self.heads])]
 
         self.target, (self.forward_program, self.backward_program) = make_programs(
-            plans, target, remember=(list(inputs), self.outputs, self.heads, list(grads)))
+            plans, target, remember=(list(inputs), self.outputs, self.heads, list(grads)),
+            options=options)
         # the backward's inputs, from its program: plans() does not run when the cpu
         # target loads them from the disk cache. Kept inputs are placeholders; residuals,
         # made by the forward, are not.
@@ -88,7 +93,7 @@ class SplitVJP:
 
 
 def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | None = None,
-              target: str | None = None):
+              target: str | None = None, options: Options | None = None):
     """``(forward, backward)``: ``forward(*arrays) -> (output array, saved)`` and
     ``backward(saved, head) -> tuple of gradients``, one per tensor of ``wrt`` (default:
     every float input), each of its input's shape."""
@@ -112,7 +117,8 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
     from ..differentiate import gradient
 
     head = placeholder(output.shape, output.dtype, f"{output.name}.head")
-    split = SplitVJP(ins, [output], [head], list(gradient(output, wrt, head)), target)
+    split = SplitVJP(ins, [output], [head], list(gradient(output, wrt, head)), target,
+                     options)
     expected, head_spec = input_specs(ins), input_specs([head])
     pair = object()  # the identity a Saved is checked against
 

@@ -26,7 +26,7 @@ backward) keeps, instead of its ``T`` rows, the init rows and at every ``k``-th 
 rows the recurrence needs to restart there (``t - 1 ... t - maxlag``); a row asked for
 later is recomputed with its segment of ``k`` steps. Memory ``O(T / k * maxlag + k)``
 rows instead of ``O(T)``, for one more run of the forward steps. Which histories qualify
-is decided per plan (``lower/checkpoint.py``); the executor is ``backends/scan_run.py``.
+is decided per plan (``lower/checkpoint.py``); the executor is ``backends/host/scan_run.py``.
 """
 
 from __future__ import annotations

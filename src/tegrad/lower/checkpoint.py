@@ -11,7 +11,7 @@ the init, always kept), so a checkpointed history costs
 
 ``c`` segments being held at once by the executor (``segments_cached``): about
 ``T L / k + c k`` rows, least near ``k = sqrt(T L / c)``; reading it costs one more run of
-the steps (``backends/scan_run.py``).
+the steps (``backends/host/scan_run.py``).
 
 The rule (per plan, since a history's readers depend on what is built): state ``n`` of a
 scan with ``op.checkpoint`` set is checkpointed when its history is not a plan output and
@@ -35,6 +35,7 @@ import numpy as np
 from ..ir.scan import StepGraph
 from ..ir.tensor import Placeholder, Tensor
 from ..ir.traverse import tensors_read
+from .kernels import ScanKernel
 
 
 @dataclass(frozen=True)
@@ -75,23 +76,22 @@ def largest_lags(step: StepGraph, states: int) -> list[int]:
 def mark_checkpoints(plan):
     """Set ``checkpointed`` and ``segments_cached`` on the plan's scan kernels whose op has
     ``checkpoint`` (see the module header); add a note per such scan. Returns ``plan``."""
-    wanted = [k.detail for k in plan.kernels if k.kind == "scan" and k.detail.op.checkpoint]
+    wanted = [k for k in plan.kernels if isinstance(k, ScanKernel) and k.op.checkpoint]
     if not wanted:
         return plan
     whole_reader: dict[Tensor, str] = {t: "a plan output" for t in plan.outputs}
     row_reads: dict[Tensor, list[tuple[object, int, int]]] = {}
     last_read: dict[Tensor, int] = {}
     for index, kernel in enumerate(plan.kernels):
-        if kernel.kind == "scan":
-            consumer = kernel.detail
+        if isinstance(kernel, ScanKernel):
+            consumer = kernel
             wholes = [*consumer.op.inits, *consumer.step.full]
             for u, a, b in consumer.step.sliced:
                 row_reads.setdefault(u, []).append((consumer, a, b))
                 last_read[u] = index
             reader = f"scan {consumer.op.name}"
         else:
-            body_of = getattr(kernel.detail, "body_of", kernel.tensor)
-            wholes = [*tensors_read(kernel.tensor.body), *tensors_read(body_of.body)]
+            wholes = [*tensors_read(kernel.tensor.body), *kernel.reads_and_makes()[0]]
             reader = kernel.tensor.name
         for t in wholes:
             whole_reader.setdefault(t, reader)
@@ -148,7 +148,7 @@ def _size(nbytes: int) -> str:
 
 def _note(scan, kernels, whole_reader: dict, last_read: dict) -> str:
     op = scan.op
-    here = next(i for i, k in enumerate(kernels) if k.detail is scan)
+    here = next(i for i, k in enumerate(kernels) if k is scan)
     parts = [f"scan {op.name}: checkpoint={op.checkpoint}"]
     for n, out in enumerate(op.outputs):
         if n in scan.checkpointed:
@@ -164,6 +164,6 @@ def _note(scan, kernels, whole_reader: dict, last_read: dict) -> str:
         if held:
             names = ", ".join(f"{t.name} ({_size(_nbytes(t))})" for t in held)
             last = kernels[until]
-            reader = f"scan {last.detail.op.name}" if last.kind == "scan" else last.tensor.name
+            reader = f"scan {last.op.name}" if isinstance(last, ScanKernel) else last.tensor.name
             parts.append(f"recomputing keeps {names} alive until {reader} (the last row read)")
     return "; ".join(parts)

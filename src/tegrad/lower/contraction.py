@@ -17,7 +17,7 @@ fails, the read it names is out of its bounds, its padded value is 0, so the pro
 0, as the masked reduction (or the select) says. (The one difference: ``0 * inf`` is nan
 where a masked sum would skip the term.)
 
-Execution (``backends/numpy_kernels.py``): each read becomes a strided view of its padded
+Execution (``backends/host/products.py``): each read becomes a strided view of its padded
 array with one dimension per variable (stride ``sum_m coeff_m * stride_m``; negative
 coefficients flip, a variable in two index positions walks a diagonal), then one matmul
 per piece (``np.matmul`` on views arranged as batch x M x K and batch x K x N).
@@ -80,7 +80,9 @@ class _NoMatch(Exception):
     pass
 
 
-def match_contraction(t: Compute) -> Contraction | None:
+def match_contraction(t: Compute, max_widened_step: int = 4) -> Contraction | None:
+    """``t`` as a contraction, or None; an output column of a widened piece steps by at
+    most ``max_widened_step`` (``Options.max_widened_step``, see ``widening``)."""
     if not isinstance(t, Compute):
         return None
     body = t.body
@@ -95,7 +97,7 @@ def match_contraction(t: Compute) -> Contraction | None:
     pieces = []
     try:
         for s in splits:
-            p = _piece(s)
+            p = _piece(s, max_widened_step)
             if p is not None:
                 pieces.append(p)
     except _NoMatch:
@@ -111,7 +113,7 @@ def match_contraction(t: Compute) -> Contraction | None:
 # --------------------------------------------------------------------------------------
 
 
-def _piece(s: Split) -> Piece | None:
+def _piece(s: Split, max_widened_step: int) -> Piece | None:
     """The piece, None when it is identically zero; raises _NoMatch."""
     source, where = s.exprs
     factors: list[tuple[Tensor, list[tuple[dict, int]]]] = []
@@ -142,7 +144,8 @@ def _piece(s: Split) -> Piece | None:
         out_index=tuple(_freeze(f) for f in s.out_index),
     )
     piece = phase_split(piece)
-    return replace(piece, widen=widening(piece, {v: (lo, hi) for v, lo, hi in piece.ranges}))
+    ranges = {v: (lo, hi) for v, lo, hi in piece.ranges}
+    return replace(piece, widen=widening(piece, ranges, max_widened_step))
 
 
 def _freeze(form) -> AffineIndex:
@@ -247,8 +250,7 @@ def _apply_condition(cond: Expr, ranges: dict, factors: list) -> bool:
 
 # phase splitting -------------------------------------------------------------------------
 
-MIN_TERM_DEPTH = 16  # the least K of each product of a looped reduction (numpy_kernels)
-MAX_WIDENED_STEP = 4  # the largest step of a widened output column (a residue class's)
+MIN_TERM_DEPTH = 16  # the least K of each product of a looped reduction (host/products.py)
 
 
 def phase_split(p: Piece) -> Piece:
@@ -262,13 +264,13 @@ def phase_split(p: Piece) -> Piece:
     read at ``q``. The new ranges of ``(r', a)`` cover ``S * ceil(ext(r) / S)`` values:
     more than ``r``'s when ``S`` does not divide its extent. Those extra values must give
     zero: another factor reads ``r`` alone and ends at its last element (the weight
-    ``W[k, c, r, s]``), so its zero padding cancels them (and ``numpy_kernels`` skips
+    ``W[k, c, r, s]``), so its zero padding cancels them (and ``host/products.py`` skips
     products that read only it).
 
     Applied to a factor index ``S*v + ... + r`` (``S >= 2`` the gcd of the coefficients
     besides ``r``'s, which is 1) when the reduced variables left unsplit are at least
     ``MIN_TERM_DEPTH`` deep: the split offsets then run as a looped reduction over shifted
-    views (``numpy_kernels._looped``) instead of an im2col copy of ``X`` at stride ``S``."""
+    views (``host/products._looped``) instead of an im2col copy of ``X`` at stride ``S``."""
     ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
     for k in range(len(p.factors)):
         plan = _phase_plan(p, k, ranges)
@@ -360,19 +362,19 @@ def index_range(form: AffineIndex, ranges: dict) -> tuple[int, int]:
     return lo, hi
 
 
-def widening(p: Piece, ranges: dict):
+def widening(p: Piece, ranges: dict, max_step: int = 4):
     """Row widening, for an im2col-style read ``X[..., y + r, x + s]`` (stride 1):
     give ``x`` the extent of the padded row width ``P`` so that ``(y, x)`` become one
     dimension of length ``ext(y) * P`` in every factor that reads them, and the copy that
     lays the operand out for BLAS moves long contiguous rows instead of rows of ``ext(x)``.
     The ``P - ext(x)`` extra columns read the next row and land in output columns that are
     dropped. (A reduced ``x``, a weight gradient's, is not widened: its other factor would
-    need a widened copy too, and ``numpy_kernels._overlap_layout`` copies the input three
+    need a widened copy too, and ``host/products._overlap_layout`` copies the input three
     times in rows of ``ext(x)``, where im2col copied it nine times.) An output column may
-    step by up to ``MAX_WIDENED_STEP`` (``dX[.., 2y + a, 2x + b]``, a residue class of a
-    stride-2 input gradient: its product, written to a temporary anyway, loops over the two
-    shifted taps instead of copying them im2col-style: the benchmark's backward took
-    0.91-0.92x its time without, ``benchmarks/bench_ab.py --knob widen --case conv2d_s2``).
+    step by up to ``max_step`` (``dX[.., 2y + a, 2x + b]``, a residue class of a stride-2
+    input gradient: its product, written to a temporary anyway, loops over the two shifted
+    taps instead of copying them im2col-style; ``benchmarks/bench_ab.py --knob widen --case
+    conv2d_s2`` measures it).
     Returns ``(x, P, ((factor position, dim), ...))`` for the pair that wastes least, or
     None."""
     best = None
@@ -383,13 +385,13 @@ def widening(p: Piece, ranges: dict):
         for x, cx in last:
             for y, cy in before:
                 if cx == 1 and cy == 1 and x is not y:
-                    got = _widen_pair(p, ranges, x, y)
+                    got = _widen_pair(p, ranges, x, y, max_step)
                     if got is not None and (best is None or got[1] < best[1]):
                         best = got
     return best
 
 
-def _widen_pair(p: Piece, ranges, x, y):
+def _widen_pair(p: Piece, ranges, x, y, max_step: int):
     if x not in p.out_vars:
         return None
     dims, overlap = {}, False
@@ -410,7 +412,7 @@ def _widen_pair(p: Piece, ranges, x, y):
         return None  # nothing is copied im2col-style: widening would only add work
     tail = [dict(c) for c, _ in p.out_index[-2:]]
     if (len(dims) != 1 or y not in p.out_vars or [list(c) for c in tail] != [[y], [x]]
-            or not 1 <= tail[1][x] <= MAX_WIDENED_STEP or tail[0][y] < 1):
+            or not 1 <= tail[1][x] <= max_step or tail[0][y] < 1):
         return None
     width = max(hi - lo + 1 for lo, hi in (index_range(p.factors[k].index[m], ranges)
                                            for k, m in dims.items()))

@@ -31,10 +31,10 @@ from ..ir.traverse import children, free_vars, substitute, with_children
 from ..ir.verify import IRError, verify_compute
 
 
-def extract_kernels(t: Compute, match) -> tuple[list[tuple[Compute, str, object]], Compute] | None:
-    """``(parts, rest)``: the reductions of ``t`` that ``match(compute) -> (kind, detail)``
-    plans as kernels, and ``t`` rewritten to read them; None when there is none."""
-    parts: list[tuple[Compute, str, object]] = []
+def extract_kernels(t: Compute, match) -> tuple[list, Compute] | None:
+    """``(parts, rest)``: the kernels ``match(compute) -> kernel or None`` makes of the
+    reductions of ``t``, and ``t`` rewritten to read them; None when there is none."""
+    parts: list = []
     memo: dict = {}
     axes = tuple(t.axes)
 
@@ -56,7 +56,7 @@ def extract_kernels(t: Compute, match) -> tuple[list[tuple[Compute, str, object]
         found = match(part)
         if found is None:
             return None
-        parts.append((part, *found))
+        parts.append(found)
         return Read(part, order, r.dtype)
 
     def go(e: Expr, guards: tuple[Expr, ...]) -> Expr:

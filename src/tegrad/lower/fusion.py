@@ -18,10 +18,10 @@ codegen.py``) computes each row reduction once per row. No intermediate array is
 per iteration of the loops down to the innermost one whose variable it uses (the
 consumer's axes, then the reductions around the site, outermost first), so the
 recomputation ratio of ``P`` is ``sum over sites of evaluations / size(P)``. ``P`` is
-inlined when that ratio is at most 1; at most ``MAX_RATIO`` (each element computed
+inlined when that ratio is at most 1; at most ``max_inline_ratio`` (each element computed
 about once or twice) where evaluating its reductions again at most doubles the consumers'
 own work (``_work``); or, for a producer without reductions, when it is cheap (at most
-``CHEAP_NODES`` nodes) and the ratio is at most ``MAX_CHEAP_RATIO`` (a 3x3 window over a
+``CHEAP_NODES`` nodes) and the ratio is at most ``max_cheap_inline_ratio`` (a 3x3 window over a
 relu). Producers are decided from the last to the first, so a site is counted where it
 finally lands, after its consumer has itself been inlined.
 
@@ -47,28 +47,27 @@ from ..ir.traverse import (
     walk,
     with_fresh_axes,
 )
-from .contraction import Contraction
-from .plan import Fused, Kernel, Plan
+from ..options import Options
+from .contraction import Contraction as ContractionForm
+from .kernels import Contraction, General, Plan, ScanKernel
 from .residue import unrolled_axes, unrolled_bodies
 
-MAX_RATIO = 2.0
 CHEAP_NODES = 6
-MAX_CHEAP_RATIO = 9.0
 BLAS_MIN_MACS = 1 << 14
 
 
-def fuse(p: Plan) -> Plan:
+def fuse(p: Plan, options: Options) -> Plan:
     bodies: dict[Compute, Compute] = {}  # general kernel -> the compute it evaluates
     parts: dict[Compute, tuple] = {}
     blocked = set(p.outputs)
-    p = Plan([k if k.kind != "contraction" or worth_blas(k.detail) else Kernel(k.tensor)
-              for k in p.kernels], p.outputs, p.notes)
+    p = Plan([General(k.tensor) if isinstance(k, Contraction) and not worth_blas(k.contraction)
+              else k for k in p.kernels], p.outputs, p.notes)
     for k in p.kernels:
-        if k.kind == "general":
-            bodies[k.tensor] = getattr(k.detail, "body_of", k.tensor)
-            parts[k.tensor] = getattr(k.detail, "parts", ())
-        elif k.kind == "scan":
-            blocked.update([*k.detail.op.inits, *k.detail.op.external])
+        if isinstance(k, General):
+            bodies[k.tensor] = k.body_of
+            parts[k.tensor] = k.parts
+        elif isinstance(k, ScanKernel):
+            blocked.update([*k.op.inits, *k.op.external])
         else:
             blocked.update(tensors_read(k.tensor.body))
     inlined = set()
@@ -86,7 +85,7 @@ def fuse(p: Plan) -> Plan:
         consumers = [c for c in bodies if c not in inlined and c is not producer
                      and producer in reads_of(c)]
         if not consumers or not _worth_inlining(bodies[producer], producer,
-                                                [bodies[c] for c in consumers]):
+                                                [bodies[c] for c in consumers], options):
             continue
         if not _exact(bodies[producer].body) and any(
                 _compared(bodies[c].body, producer) for c in consumers):
@@ -98,11 +97,11 @@ def fuse(p: Plan) -> Plan:
         inlined.add(producer)
     kernels = []
     for k in p.kernels:
-        if k.kind != "general":
+        if not isinstance(k, General):
             kernels.append(k)
         elif k.tensor not in inlined:
             kept = tuple(t for t in parts[k.tensor] if t not in inlined)  # (for describe)
-            kernels.append(Kernel(k.tensor, "general", Fused(bodies[k.tensor], kept)))
+            kernels.append(General(k.tensor, bodies[k.tensor], kept))
     return Plan(kernels, p.outputs, p.notes)
 
 
@@ -136,7 +135,7 @@ def _exact(body: Expr) -> bool:
     return all(exact(x) for x in walk(body))
 
 
-def worth_blas(c: Contraction) -> bool:
+def worth_blas(c: ContractionForm) -> bool:
     """True when some piece is a matrix product big enough for BLAS: two factors sharing
     a reduced variable, each with an output variable of its own (M and N), and at least
     ``BLAS_MIN_MACS`` multiply-adds. A row sum, a per-row dot product (``sum_k dY[i, k]
@@ -179,7 +178,8 @@ def _fresh_reductions(body: Expr, outer: frozenset) -> Expr:
     return transform(body, rename) if outer else body
 
 
-def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]) -> bool:
+def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute],
+                    options: Options) -> bool:
     size = max(1, math.prod(producer.shape))
     evaluations = sum(_site_evaluations(c, producer) for c in consumers)
     ratio = evaluations / size
@@ -187,7 +187,7 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
         return True
     nodes = walk(source.body)
     reduces = any(isinstance(x, Reduce) for x in nodes)
-    if ratio <= MAX_RATIO:
+    if ratio <= options.max_inline_ratio:
         if not reduces:
             return True
         # a reduction evaluated again: only where that at most doubles the consumers' work
@@ -197,7 +197,7 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
         extra = (evaluations - size) * _work(source.body, memo)
         own = sum(max(1, math.prod(c.shape)) * _work(c.body, memo) for c in consumers)
         return extra <= own
-    return ratio <= MAX_CHEAP_RATIO and len(nodes) <= CHEAP_NODES and not reduces
+    return ratio <= options.max_cheap_inline_ratio and len(nodes) <= CHEAP_NODES and not reduces
 
 
 def _work(e: Expr, memo: dict) -> int:

@@ -6,16 +6,15 @@ An LSTM's weight gradients read the gate gradient ``G`` (steps x batch, 4 hidden
     dW_hh[g, j] = sum_{t, n} G[t, n, g] h[t, n, j]        (1024 x 256)
 
 Two products read and pack ``G`` (6.5 MB) twice, and BLAS makes the narrow one slowly
-(``G`` transposed, 128 columns: about 3.3 ms against 2.3 for the same product with ``G``
-stored the other way, one-off timing with MKL on 2 threads). One product over the two
-other operands side by side,
+(``G`` transposed, only 128 columns). One product over the two other operands side by
+side,
 
     B[t, n, c] = select(c < 128, x[t, n, c], h[t, n, c - 128])
     M[g, c]    = sum_{t, n} G[t, n, g] B[t, n, c]           (1024 x 384)
     dW_ih[g, i] = M[g, i],   dW_hh[g, j] = M[g, 128 + j],
 
-took 5.4-5.6 ms where the two took 6.7-6.9 (one-off timing, same setting; the copies into
-``B`` and out of ``M`` are 2.4 and 1.5 MB).
+reads ``G`` once, at the price of copies into ``B`` and out of ``M`` (2.4 and 1.5 MB here);
+``benchmarks/bench_ab.py --knob merge --case lstm`` measures it against two products.
 
 ``merge_shared_products`` finds pairs of contraction kernels ``t1, t2`` with a float sum
 of a product of two reads, no ``where``, the same reduction extents, one read the same
@@ -34,22 +33,23 @@ import math
 from ..ir.expr import Binary, Read, Reduce, Var, binary, select
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import free_vars, substitute
-from .plan import Fused, Kernel, reads_and_makes
+from ..options import Options
+from .contraction import match_contraction
+from .kernels import Contraction, General, Kernel, reads_and_makes
 
-MERGE_PRODUCTS = True  # False: every product apart (benchmarks/bench_ab.py --knob merge)
 
-
-def merge_shared_products(kernels: list[Kernel]) -> list[Kernel]:
-    """``kernels`` with each mergeable pair of products made as one (module header)."""
-    while MERGE_PRODUCTS:
-        merged = _merge_one(kernels)
+def merge_shared_products(kernels: list[Kernel], options: Options) -> list[Kernel]:
+    """``kernels`` with each mergeable pair of products made as one (module header;
+    ``options.merge_products`` False: every product apart)."""
+    while options.merge_products:
+        merged = _merge_one(kernels, options.max_widened_step)
         if merged is None:
             break
         kernels = merged
     return kernels
 
 
-def _merge_one(kernels: list[Kernel]) -> list[Kernel] | None:
+def _merge_one(kernels: list[Kernel], max_widened_step: int) -> list[Kernel] | None:
     forms = [_form(k) for k in kernels]
     for i, first in enumerate(forms):
         for j in range(i + 1, len(kernels)):
@@ -57,7 +57,8 @@ def _merge_one(kernels: list[Kernel]) -> list[Kernel] | None:
             if first is None or second is None or not (
                     {r.tensor for r in first[1]} & {r.tensor for r in second[1]}):
                 continue
-            made = _merged(kernels[i].tensor, first, kernels[j].tensor, second)
+            made = _merged(kernels[i].tensor, first, kernels[j].tensor, second,
+                           max_widened_step)
             if made is not None:
                 placed = _placed(kernels, i, j, made)
                 if placed is not None:
@@ -68,7 +69,7 @@ def _merge_one(kernels: list[Kernel]) -> list[Kernel] | None:
 def _form(k: Kernel):
     """``(sum, (read, read), last axis)`` of a contraction kernel whose body is a sum of
     a product of two reads with no ``where``, else None."""
-    if k.kind != "contraction":
+    if not isinstance(k, Contraction):
         return None
     t = k.tensor
     body = t.body
@@ -82,7 +83,7 @@ def _form(k: Kernel):
     return body, (a, b), t.axes[-1]
 
 
-def _merged(t1: Compute, f1, t2: Compute, f2):
+def _merged(t1: Compute, f1, t2: Compute, f2, max_widened_step: int):
     """``_side_by_side``'s merged computes for the pair, or None where it does not merge."""
     (r1, reads1, last1), (r2, reads2, _) = f1, f2
     if (len(r1.axes) != len(r2.axes) or t1.shape[:-1] != t2.shape[:-1]
@@ -100,17 +101,17 @@ def _merged(t1: Compute, f1, t2: Compute, f2):
             if last1 in free_vars(shared1):
                 continue
             other2 = substitute(other2, rename)
-            made = _side_by_side(t1, r1, shared1, other1, other2, t2.shape[-1], last1)
+            made = _side_by_side(t1, r1, shared1, other1, other2, t2.shape[-1], last1,
+                                 max_widened_step)
             if made is not None:
                 return made
     return None
 
 
-def _side_by_side(t1, r1, shared, other1, other2, n2: int, last: Var):
+def _side_by_side(t1, r1, shared, other1, other2, n2: int, last: Var,
+                  max_widened_step: int):
     """``(B, M, M's contraction, n1)`` (module header), or None where ``other1`` and
     ``other2`` do not read only the reduce axes and ``last``, or it does not pay."""
-    from .contraction import match_contraction
-
     reduce_axes = set(r1.axes)
     for other in (other1, other2):
         if (not free_vars(other) <= reduce_axes | {last} or last not in free_vars(other)
@@ -138,7 +139,7 @@ def _side_by_side(t1, r1, shared, other1, other2, n2: int, last: Var):
         (*t1.shape[:-1], n1 + n2), (*outer.values(), column),
         substitute(Reduce(r1.combiner, source, r1.axes, None, t1.dtype), outer),
         f"{t1.name}.merged")
-    found = match_contraction(product)
+    found = match_contraction(product, max_widened_step)
     if found is None:
         return None
     return side, product, found, n1
@@ -162,6 +163,6 @@ def _placed(kernels: list[Kernel], i: int, j: int, made) -> list[Kernel] | None:
         last = t.axes[-1]
         index = (*t.axes[:-1], last if not offset else binary("add", last, offset))
         body_of = make_compute(t.shape, t.axes, Read(product, index, t.dtype), t.name)
-        slices.append(Kernel(t, "general", Fused(body_of, (product,))))
-    return [*rest[:after], Kernel(side, "general"), Kernel(product, "contraction", found),
+        slices.append(General(t, body_of, (product,)))
+    return [*rest[:after], General(side), Contraction(product, found),
             *slices, *rest[after:]]

@@ -7,7 +7,7 @@ compute ``x`` at step ``k + r`` of ``op``'s forward run. When the plan also runs
 forward scan, and its step plan has ``x`` as a kernel (a contraction or an elementwise
 kernel; or an operand of a contraction), the scan writes ``x`` at each step into ``V``'s
 rows and ``V`` needs no kernel: ``x`` becomes an output of the step plan, so fusion keeps
-it and grouping (``backends/cpu/grouping.py``) writes it from the loop of the kernel that
+it and grouping (``grouping.py``) writes it from the loop of the kernel that
 reads it. An LSTM's backward then neither rebuilds the pre-activations over all steps nor
 evaluates a sigmoid or tanh: its activations' derivatives read the kept gates
 (``s (1 - s)``, ``1 - tanh^2``: ``autodiff/reverse.py``'s ``reuse_forward``). ``V``'s
@@ -25,46 +25,45 @@ adjoint's values only those the gradients read.
 from __future__ import annotations
 
 from ..ir.scan import STEP_VALUES
-from .plan import needs
-
-# whether a step compute that is an elementwise kernel of the step plan may be kept (False:
-# only products and their operands, which the step writes anyway; ``bench_ab.py --knob keep``)
-KEEP_STEP_KERNELS = True
+from .kernels import Contraction, ScanKernel, needs
 
 
-def keep_step_values(kernels: list, outputs: list) -> list:
+def keep_step_values(kernels: list, outputs: list, keep_kernels: bool = True) -> list:
     """``kernels`` with the recomputations of step values that a scan of the plan can keep
     removed, each scan kernel's ``saved`` (tensor over the steps -> step compute) set.
     A value is kept only where a kernel left, or an output, reads it: once an LSTM's
-    activated gates are kept, the pre-activations they were recomputed from are not."""
-    scans = {k.detail.op: k.detail for k in kernels if k.kind == "scan"}
+    activated gates are kept, the pre-activations they were recomputed from are not.
+    ``keep_kernels`` (``Options.keep_step_kernels``) False: only products and their
+    operands, which the step writes anyway, are kept, not elementwise step kernels."""
+    scans = {k.op: k for k in kernels if isinstance(k, ScanKernel)}
     if not scans:
         return kernels
     chosen: dict = {}  # values -> (scan kernel, step compute, flip)
     kept = []
     for k in kernels:
-        found = STEP_VALUES.get(k.tensor) if k.kind != "scan" else None
+        found = STEP_VALUES.get(k.tensor) if not isinstance(k, ScanKernel) else None
         scan = scans.get(found[0]) if found is not None else None
-        if scan is not None and _keepable(scan, found[1], k.tensor, found[2], chosen):
+        if scan is not None and _keepable(scan, found[1], k.tensor, found[2], chosen,
+                                          keep_kernels):
             chosen[k.tensor] = (scan, found[1], found[2])
             continue
         kept.append(k)
     # a scan's reads do not depend on what it keeps: each counts
-    needed = needs(kept, outputs, always=lambda k: k.kind == "scan")[0]
+    needed = needs(kept, outputs, always=lambda k: isinstance(k, ScanKernel))[0]
     for values, (scan, x, flip) in chosen.items():
         if values in needed:
             scan.save(x, values, flip)
     return kept
 
 
-def _keepable(scan, x, values, flip, chosen: dict) -> bool:
+def _keepable(scan, x, values, flip, chosen: dict, keep_kernels: bool) -> bool:
     op = scan.op
     materialized = set()
     for k in scan.plan.kernels:
-        if KEEP_STEP_KERNELS or k.kind == "contraction":
+        if keep_kernels or isinstance(k, Contraction):
             materialized.add(k.tensor)
-        if k.kind == "contraction":
-            materialized.update(f.tensor for p in k.detail.pieces for f in p.factors)
+        if isinstance(k, Contraction):
+            materialized.update(f.tensor for p in k.contraction.pieces for f in p.factors)
     if flip is None:  # rows k.. of the run
         covered = values.shape[0] == op.length - op.init_rows
     else:  # steps [k, T) write rows flip - T + 1 .. flip - k: every row of values

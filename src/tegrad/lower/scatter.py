@@ -12,7 +12,7 @@ Semantics used by the kernel: inside the domain of the sum ``j_m == g``, so ``j_
 replaced by ``g`` in ``value`` and ``rest``; then every point of the grid (free output
 axes x reduction axes) adds ``value`` to ``T[..., g, ...]`` when ``rest`` holds and
 ``0 <= g < dim_m``. That is an explicit scatter-add, executed deterministically
-(``np.bincount`` in a fixed order, see ``backends/numpy_kernels.py``) in O(grid) instead
+(``np.bincount`` in a fixed order, see ``backends/host/scatter.py``) in O(grid) instead
 of the O(output x grid) of evaluating the ``where`` for every output element.
 """
 

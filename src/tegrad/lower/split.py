@@ -24,7 +24,7 @@ across the cut.
 from __future__ import annotations
 
 from ..ir.tensor import Placeholder, Tensor
-from .plan import Plan, reads_and_makes
+from .kernels import Plan, reads_and_makes
 
 
 def split_plan(p: Plan, forward: list[Tensor], backward: list[Tensor]):

@@ -1,7 +1,7 @@
 """Output buffers reused from run to run: a caching allocator for one program.
 
 A fresh multi-megabyte NumPy array costs its page faults: the kernel zeroes every page on
-first touch (timed once here, with a one-off script: 0.8 ms for 16 MB).
+first touch, a cost of the order of a kernel's run on arrays that size.
 PyTorch keeps freed memory in a caching allocator; a program does the same with the
 arrays its general kernels write: an intermediate goes back to the pool after its last
 reader, and an output goes back once the caller has dropped every reference to it
@@ -15,9 +15,6 @@ import threading
 
 import numpy as np
 
-MIN_BYTES = 1 << 16  # smaller arrays are cheap to make
-
-
 _NAMES: dict = {}
 
 
@@ -30,7 +27,8 @@ def _name(dtype: np.dtype) -> str:
 
 
 class BufferPool:
-    def __init__(self):
+    def __init__(self, min_bytes: int = 1 << 16):
+        self.min_bytes = min_bytes  # smaller arrays are cheap to make (Options.pool_min_bytes)
         self.free: dict = {}  # (shape, dtype) -> [array]
         self.lent: list = []  # outputs returned to the caller
         self.lock = threading.Lock()
@@ -45,7 +43,7 @@ class BufferPool:
     def give(self, arrays: dict, t) -> None:
         """Drop ``arrays[t]``, keeping its buffer if nothing else holds it."""
         arr = arrays.pop(t, None)  # (a checkpointed scan history is not an array)
-        if (isinstance(arr, np.ndarray) and arr.nbytes >= MIN_BYTES and arr.base is None
+        if (isinstance(arr, np.ndarray) and arr.nbytes >= self.min_bytes and arr.base is None
                 and sys.getrefcount(arr) == 2):
             with self.lock:
                 self.free.setdefault((arr.shape, _name(arr.dtype)), []).append(arr)
@@ -54,7 +52,7 @@ class BufferPool:
         with self.lock:
             known = {id(a) for a in self.lent}
             for a in outputs:  # once each: a tensor listed twice is one array
-                if (isinstance(a, np.ndarray) and a.nbytes >= MIN_BYTES and a.base is None
+                if (isinstance(a, np.ndarray) and a.nbytes >= self.min_bytes and a.base is None
                         and id(a) not in known):
                     known.add(id(a))
                     self.lent.append(a)

@@ -22,7 +22,7 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-from ...ir.disk_cache import cache_root
+from ...cache.disk import cache_root
 from .errors import CompileError, CompilerMissing
 
 # -fno-code-hoisting: gcc 12's code hoisting moves a load that the generated code makes

@@ -13,6 +13,8 @@ from functools import cache
 
 import numpy as np
 
+from ...options import Options
+
 _HELPER = r"""
 #include <string.h>
 #include <stdint.h>
@@ -121,8 +123,13 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
   }
 }
 """
-MIN_ELEMENTS = 1 << 16  # smaller copies stay with NumPy
-MIN_TRANSPOSE = 1 << 14  # a transpose costs more per element: split from this size on
+def limits(options: Options) -> tuple[int, int]:
+    """``(elements, transpose elements)``: a copy smaller than the first stays with NumPy
+    and runs on one thread; a transpose, which costs more per element, is split over
+    threads from the second on (``Options.parallel_copy_elements``,
+    ``parallel_transpose_elements``)."""
+    return options.parallel_copy_elements, options.parallel_transpose_elements
+
 
 @cache
 def helper():
@@ -136,10 +143,10 @@ def helper():
 
 class CopyCall:
     """One ``tg_copy`` call but for its two addresses, replayable on other arrays of the
-    same layout (``replay.py``); a copy under ``MIN_ELEMENTS`` (a transpose under
-    ``MIN_TRANSPOSE``) runs on one thread."""
+    same layout (``replay.py``); a copy under ``limits[0]`` elements (a transpose under
+    ``limits[1]``) runs on one thread."""
 
-    def __init__(self, dst: np.ndarray, src: np.ndarray):
+    def __init__(self, dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
         dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]  # <= MAX_DIMS
         # outer dims in the destination's memory order: its writes then move forward
         last = dims[-1]
@@ -157,25 +164,25 @@ class CopyCall:
         self.addresses = (self.shape.ctypes.data, self.ds.ctypes.data, self.ss.ctypes.data)
         self.itemsize = dst.itemsize
         transpose = self.ndim >= 2 and self.ds[-1] == dst.itemsize != self.ss[-1]
-        self.parallel = dst.size >= (MIN_TRANSPOSE if transpose else MIN_ELEMENTS)
+        self.parallel = dst.size >= (limits[1] if transpose else limits[0])
 
     def run(self, dst: int, src: int, threads: int) -> None:
         helper()(dst, src, self.ndim, *self.addresses, self.itemsize,
                   threads if self.parallel else 1)
 
 
-def prepare(dst: np.ndarray, src: np.ndarray):
+def prepare(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
     """``(call, (dst, src broadcast))`` making ``dst[...] = src``, or None for a copy that
     ``np.copyto`` must make (dtypes differ, or 0-d)."""
     if dst.dtype != src.dtype or dst.ndim == 0 or dst.size == 0:
         return None
     src = np.broadcast_to(src, dst.shape)
-    return CopyCall(dst, src), (dst, src)
+    return CopyCall(dst, src, limits), (dst, src)
 
 
-def copy(dst: np.ndarray, src: np.ndarray, threads: int) -> None:
+def copy(dst: np.ndarray, src: np.ndarray, threads: int, limits: tuple[int, int]) -> None:
     """``dst[...] = src`` (broadcasting ``src``, same dtype; else ``np.copyto``)."""
-    prepared = None if dst.size < MIN_ELEMENTS else prepare(dst, src)
+    prepared = None if dst.size < limits[0] else prepare(dst, src, limits)
     if prepared is None:
         np.copyto(dst, src)
         return

@@ -1,9 +1,11 @@
-"""Why the compiled target is unavailable (imported by ``runtime.py`` without the rest)."""
+"""Why the compiled target is unavailable, or failed (importable without the rest)."""
+
+from ..target import TargetFailed, TargetUnavailable
 
 
-class CompilerMissing(RuntimeError):
+class CompilerMissing(TargetUnavailable):
     """No C compiler: the compiled target is unavailable."""
 
 
-class CompileError(RuntimeError):
+class CompileError(TargetFailed):
     """The C compiler is present but failed on the generated kernels."""

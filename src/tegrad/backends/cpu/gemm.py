@@ -3,18 +3,18 @@
 NumPy's OpenBLAS runs its own worker threads, which spin for about 0.1 s after every
 call; tegrad's kernels run on OpenMP's. On a machine with as many threads as cores the
 two pools fight for the cores whenever one hands over to the other, and each hand-over
-costs a scheduler time slice (timed once here, with a one-off script: a 0.1 ms kernel
-took 4 ms right after a GEMM). So the compiled target keeps one pool: each product is
+costs a scheduler time slice, many times a small kernel's run. So the compiled target
+keeps one pool: each product is
 split into ``threads`` blocks of rows (or of columns, whichever dimension is longer,
 unless the call says otherwise: ``GemmCall.by_rows``; or batches, each product cut in
 ``threads / gcd(batch, threads)`` blocks so that the threads' shares are equal: a weight
-gradient's 3 kernel rows on 2 threads are 6 halves, whose products took 7.3 ms where 2
-products on one thread and 1 on the other took 9.8, one-off per-call timing) that OpenMP
+gradient's 3 kernel rows on 2 threads are 6 halves, not 2 products on one thread and 1
+on the other) that OpenMP
 threads hand to single-threaded ``cblas_?gemm`` calls (``tg_gemm`` below); on OpenBLAS,
 it is set to one thread while a program runs.
 
 A product may be a sum of ``terms`` products over operands at fixed offsets from the
-first term's (a looped reduction, ``numpy_kernels._gemm``: a convolution's nine shifted
+first term's (a looped reduction, ``host/products._gemm``: a convolution's nine shifted
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
 In float32 on a processor with AVX-512, such a sum (or a single product at most
@@ -27,12 +27,11 @@ The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
 tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on
 the calling OpenMP thread), else NumPy's own (found among the loaded libraries:
 ``scipy_cblas_sgemm64_`` in NumPy's wheels, or a plain ``cblas_sgemm``).
-``TEGRAD_BLAS=openblas`` skips MKL. On this project's 2-core machine, through ``tg_gemm``
-on 2 threads, MKL took 0.80-0.98x OpenBLAS's time on products with ``B`` stored
-transposed (0.80-0.81x on a convolution's weight gradient), 0.87-1.22x on the others
-(slower by 2-8 % on the square and deep ones), and the small and the shifted products,
-the LSTM's steps and the convolutions' own, are ``term_kernel``'s where it is compiled
-(``benchmarks/bench_blas.py``, three runs of 31-51).
+``TEGRAD_BLAS=openblas`` (``Options.blas``) skips MKL. MKL is the faster of the two on
+products with ``B`` stored transposed (a convolution's weight gradient), about even on the
+others; the small and the shifted products, the LSTM's steps and the convolutions' own,
+are ``term_kernel``'s where it is compiled (``benchmarks/bench_blas.py`` measures all
+three).
 Where no BLAS is found, or an operand's layout is not one BLAS takes, ``matmul`` is
 ``np.matmul``.
 """
@@ -41,14 +40,14 @@ from __future__ import annotations
 
 import ctypes
 import importlib.metadata
-import os
 from contextlib import contextmanager
 from functools import cache, cached_property
 from typing import NamedTuple
 
 import numpy as np
 
-from ..numpy_kernels import product_sum, terms
+from ...options import Options
+from ..host.ops import product_sum, terms
 from . import term_kernel
 
 _HELPER = r"""
@@ -237,7 +236,7 @@ def _loaded_blas_paths() -> list[str]:
 
 @cache
 def _blas() -> Blas:
-    return Blas(mkl=os.environ.get("TEGRAD_BLAS", "").lower() != "openblas")
+    return Blas(mkl=Options.from_environment().blas != "openblas")
 
 
 def blas_threads_shared() -> bool:
@@ -252,9 +251,9 @@ def one_blas_thread():
     """When products are on NumPy's OpenBLAS, it runs on one thread for the duration:
     ``matmul`` splits them over OpenMP's threads. MKL's products need nothing: they are
     sequential calls already, and changing OpenBLAS's thread count on every run costs
-    more than it saves (a 512^3 product program took 1.42 ms with the change around each
-    run, 0.97 ms without, alternating in one process; one-off script): NumPy's own calls
-    within a program (products BLAS cannot take) then keep OpenBLAS's threads."""
+    more than it saves (on a mid-sized product's program, a large part of its run):
+    NumPy's own calls within a program (products BLAS cannot take) then keep OpenBLAS's
+    threads."""
     if not blas_threads_shared():
         yield
         return

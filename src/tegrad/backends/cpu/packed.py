@@ -3,14 +3,10 @@
 ``?gemm_compute`` (``PackedGemm``).
 
 A BLAS call first copies (packs) its operands into the panel layout its kernel reads. For
-an LSTM step's ``h W^T`` (``32 x 256`` times ``256 x 1024``) that is about a fifth of the
-call: 50 such products took 3.5 ms packed once against 4.3-4.6 ms, 2 threads, in a one-off
-C harness (not in the repo). The weight is the same at every step of a scan (an external
-tensor read whole), so a step program's trace packs it at the first step of each run of
-the scan and later steps only compute. The benchmark's LSTM (``bench_cpu.py``), packed
-against unpacked programs alternating in one process, two runs of a one-off script (not in
-the repo): forward 12.1-12.4 ms against 14.0-14.5 ms, ``build_vjp``'s backward 28.9-30.1
-ms against 29.7-31.1 ms (its step product ``32 x 1024 x 256`` gains less).
+an LSTM step's ``h W^T`` (``32 x 256`` times ``256 x 1024``) that is a sizeable part of
+the call. The weight is the same at every step of a scan (an external tensor read
+whole), so a step program's trace packs it at the first step of each run of the scan and
+later steps only compute (``bench_cpu.py``'s LSTM rows measure it).
 
 The split over threads is ``tg_gemm``'s (``gemm.py``, one batch): ``chunks`` blocks of
 rows of ``C`` when ``M >= N``, else of columns. Each chunk packs its own block of the
@@ -21,19 +17,13 @@ calls; on another BLAS, or for a batched or looped product, the call stays ``tg_
 
 Where ``term_kernel``'s kernel takes the product once its fixed ``B`` lies in rows (float32,
 AVX-512, at most ``MAX_DEPTH`` deep, blocks wide enough: the LSTM's ``h W^T``), that copy
-is all a run makes: the kernel never packs ``B``. The step product above, 200 calls in a
-one-off script (2 threads, best of three medians): 90 us against MKL's packed 107 and
-unpacked 110; the benchmark LSTM's forward step product 91 us against 110 (one-off
-per-call timing, two runs). Where ``B``'s rows are small (``SHARED_ROWS_BYTES``),
+is all a run makes: the kernel never packs ``B``. Where ``B``'s rows are small
+(``Options.shared_rows_bytes``),
 ``RowsGemm`` splits rows of ``C`` over the threads even when ``M < N``: each thread reads
 all of ``B`` and writes whole rows, which the step's kernels, splitting the batch's rows
-the same way, read on the thread that wrote them. The benchmark LSTM's forward scan, 49
-looped steps: 97 us a step against 103-106 split by columns (one-off timing, two runs).
-The whole forward program, against the column split (``benchmarks/bench_ab.py --knob rows
---case lstm --row forward``, three runs): 0.91-1.02x the time, round medians 0.95-1.01x,
-within this machine's noise. MKL's packed products keep their split: the
-adjoint's ``dpre W`` (``32 x 1024 x 256``) split by rows took 153-156 us a step against
-141-144.
+the same way, read on the thread that wrote them (``benchmarks/bench_ab.py --knob rows
+--case lstm --row forward`` measures it against the column split). MKL's packed products
+keep their split: the adjoint's ``dpre W`` (``32 x 1024 x 256``) was slower split by rows.
 """
 
 from __future__ import annotations
@@ -138,7 +128,6 @@ _ALIGN = 64  # bytes: MKL's packed panels are read with aligned vector loads
 # every step, when they are at most this size (one core's L2 cache on this project's
 # machine, 1 MiB): each thread then writes whole rows of ``C``, which the step's kernels,
 # splitting the batch's rows the same way, read on the thread that wrote them.
-SHARED_ROWS_BYTES = 1 << 20
 
 
 @cache
@@ -197,11 +186,13 @@ def takes_term_kernel(call: GemmCall, threads: int) -> bool:
                 and rows >= term_kernel.TILE_ROWS and cols >= term_kernel.MIN_COLS)
 
 
-def fixed_operand_product(call: GemmCall, which: int, threads: int):
+def fixed_operand_product(call: GemmCall, which: int, threads: int,
+                          shared_rows_bytes: int = 1 << 20):
     """``call`` with its operand ``which`` fixed over a scan's run, made once per run into
     the layout its product reads fastest (``RowsGemm``, else ``PackedGemm``), or None
-    where neither applies."""
-    return RowsGemm.make(call, which, threads) or PackedGemm.make(call, which, threads)
+    where neither applies. ``shared_rows_bytes``: see ``RowsGemm.make``."""
+    return (RowsGemm.make(call, which, threads, shared_rows_bytes)
+            or PackedGemm.make(call, which, threads))
 
 
 class RowsGemm:
@@ -212,12 +203,15 @@ class RowsGemm:
     take that kernel for every thread's block."""
 
     @classmethod
-    def make(cls, call: GemmCall, which: int, threads: int) -> RowsGemm | None:
+    def make(cls, call: GemmCall, which: int, threads: int,
+             shared_rows_bytes: int) -> RowsGemm | None:
+        """The product, or None; where ``B`` has at most ``shared_rows_bytes`` it may be
+        split by rows of ``C`` even when ``M < N`` (module header)."""
         if (which != 1 or not call.tb or call.dbl or call.batch != 1 or len(call.terms) != 2
                 or call.K > term_kernel.MAX_DEPTH or not call.blas.direct):
             return None
         # blocks of rows of C where B is small enough for every thread to read it all
-        small = call.K * call.N * 4 <= SHARED_ROWS_BYTES
+        small = call.K * call.N * 4 <= shared_rows_bytes
         splits = [1, call.by_rows] if small else [call.by_rows]
         for by_rows in splits:
             if takes_term_kernel(call._replace(by_rows=by_rows, tb=0), threads):

@@ -1,19 +1,19 @@
 """Contractions replayed: the C calls of a contraction, recorded once per layout.
 
-A contraction runs ``numpy_kernels``' general path: Python that derives views, layout
-copies and product shapes from its operands' shapes and strides. That costs about 0.2 ms
-a call whatever the size, and a scan's step calls it once per step (an LSTM's ``h @ W``
-is 0.1 ms of BLAS). Its decisions depend only on the layouts, so ``ReplayedContraction``
-runs the general path once per layout ``(shape, strides, dtype)`` of the factors with a
-``Recorder`` as its product, copy and allocation hooks. Every product (``gemm.GemmCall``)
-and copy (``copy.CopyCall``) is logged with each operand located as ``(buffer, byte
-offset)``, where a buffer is one of:
+A contraction runs the host engine's general path (``host/products.py``): Python that
+derives views, layout copies and product shapes from its operands' shapes and strides.
+That costs about 0.2 ms a call whatever the size, and a scan's step calls it once per step
+(an LSTM's ``h @ W`` is 0.1 ms of BLAS). Its decisions depend only on the layouts, so
+``ReplayedContraction`` runs the general path once per layout ``(shape, strides, dtype)``
+of the factors with a ``Recorder`` as its products, copies and allocations
+(``host/ops.HostOps``). Every product (``gemm.GemmCall``) and copy (``copy.CopyCall``) is
+logged with each operand located as ``(buffer, byte offset)``, where a buffer is one of:
 
 - an input: the array of a tensor the contraction reads;
 - the output: the array the contraction returns, taken from the program's pool;
-- an owned buffer: a temporary product the recorder allocated, or one of
-  ``numpy_kernels``' workspace buffers (layout copies, zero-padded operands). The recipe
-  keeps a copy of the bytes of each that the calls touch, made at the end of the
+- an owned buffer: a temporary product the recorder allocated, or one of the engine's
+  workspace buffers (``host/workspace.py``: layout copies, zero-padded operands). The
+  recipe keeps a copy of the bytes of each that the calls touch, made at the end of the
   recording, per thread: the zero borders of a padded operand are written outside the
   logged copies, and are the same for every call of one layout.
 
@@ -24,7 +24,7 @@ ever new strides); others take the general path.
 A recording is kept only when it is complete. Every operand an action touches must lie in
 one of those buffers: an operand NumPy computed (a cast, a partial sum, a scaled copy)
 lies in none. Writes that are neither products nor copies (an accumulated product, a
-zeroed piece) call ``numpy_kernels._untraceable``. A contraction returning anything but
+zeroed piece) call ``HostOps.untraceable``. A contraction returning anything but
 its output buffer is not kept either. Otherwise the layout keeps the general path.
 """
 
@@ -36,18 +36,10 @@ from functools import partial
 
 import numpy as np
 
-from ..numpy_kernels import (
-    COPY,
-    EMPTY,
-    MATMUL,
-    TRACE,
-    hooks,
-    product_sum,
-    release_workspace,
-    run_contraction,
-    terms,
-    workspace_buffers,
-)
+from ...options import Options
+from ..host.ops import HostOps, product_sum, terms
+from ..host.products import run_contraction
+from ..host.workspace import release_workspace, workspace_buffers
 from . import copy as copies
 from . import gemm
 from .buffers import BufferPool
@@ -94,8 +86,10 @@ class Recorder:
     logged, with their operands located (see the module header). ``why`` says what made
     the run untraceable, or is None."""
 
-    def __init__(self, inputs: list[np.ndarray], pool: BufferPool | None, threads: int):
+    def __init__(self, inputs: list[np.ndarray], pool: BufferPool | None, threads: int,
+                 copy_limits: tuple[int, int]):
         self.threads = threads
+        self.copy_limits = copy_limits
         self.pool = pool
         self.inputs = [(a.ctypes.data, *_span(a)) for a in inputs]
         self.output: np.ndarray | None = None
@@ -128,7 +122,7 @@ class Recorder:
         return out
 
     def copy(self, dst, src) -> None:
-        prepared = copies.prepare(dst, src)
+        prepared = copies.prepare(dst, src, self.copy_limits)
         if prepared is None:
             if dst.size:
                 self.untraceable("a copy outside the copy helper")
@@ -244,21 +238,24 @@ class _Recipe:
 _MISSING = object()
 
 
-def compiled_hooks(threads: int, pool: BufferPool | None) -> tuple:
-    """``numpy_kernels.hooks`` pairs that put the general path's products and copies on
-    ``tg_gemm`` and ``tg_copy`` over ``threads``, its outputs taken from ``pool``."""
-    return ((MATMUL, partial(gemm.matmul, threads=threads)),
-            (COPY, partial(copies.copy, threads=threads)),
-            (EMPTY, None if pool is None else pool.take))
+def compiled_host(threads: int, pool: BufferPool | None, options: Options) -> HostOps:
+    """The host operations that put the general path's products and copies on ``tg_gemm``
+    and ``tg_copy`` over ``threads``, its outputs taken from ``pool``."""
+    return HostOps(matmul=partial(gemm.matmul, threads=threads),
+                   copy=partial(copies.copy, threads=threads,
+                                limits=copies.limits(options)),
+                   empty=None if pool is None else pool.take,
+                   min_phases=options.min_phases, overlap_bytes=options.overlap_bytes)
 
 
 class ReplayedContraction:
     """A contraction kernel of a compiled program: ``__call__(arrays, pool)`` returns its
     output, through a recipe when its layout has one."""
 
-    def __init__(self, contraction, threads: int):
+    def __init__(self, contraction, threads: int, options: Options):
         self.c = contraction
         self.threads = threads
+        self.options = options
         self.tensors = list(dict.fromkeys(f.tensor for p in contraction.pieces
                                           for f in p.factors))
         self.recipes: dict = {}
@@ -281,18 +278,15 @@ class ReplayedContraction:
         return recipe.run(inputs, out, self.threads)
 
     def _general(self, arrays: dict, pool: BufferPool | None) -> np.ndarray:
-        """The general path, its products and copies on the compiled target's helpers
-        (set here unless the program has set them: ``CpuProgram.run``)."""
-        if MATMUL.get() is not None:
-            return run_contraction(self.c, arrays)
-        with hooks(*compiled_hooks(self.threads, pool)):
-            return run_contraction(self.c, arrays)
+        """The general path, its products and copies on the compiled target's helpers."""
+        return run_contraction(self.c, arrays, compiled_host(self.threads, pool, self.options))
 
     def _record(self, key, inputs, arrays, pool) -> np.ndarray:
-        recorder = Recorder(inputs, pool, self.threads)
-        with hooks((MATMUL, recorder.matmul), (COPY, recorder.copy),
-                   (EMPTY, recorder.empty), (TRACE, recorder)):
-            result = run_contraction(self.c, arrays)
+        recorder = Recorder(inputs, pool, self.threads, copies.limits(self.options))
+        host = HostOps(matmul=recorder.matmul, copy=recorder.copy, empty=recorder.empty,
+                       trace=recorder, min_phases=self.options.min_phases,
+                       overlap_bytes=self.options.overlap_bytes)
+        result = run_contraction(self.c, arrays, host)
         why = recorder.why
         if why is None and result is not recorder.output:
             why = "a result cast to another dtype"

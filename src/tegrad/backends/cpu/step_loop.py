@@ -2,9 +2,8 @@
 
 A step trace (``step_trace.py``) runs a step as a few C calls (compiled kernels, recorded
 products and copies), but each still costs Python: the feed's rows looked up and
-checked, the call's arguments converted, the recipes' loops. For an LSTM's step (a 0.1 ms
-product and a 0.02 ms kernel) that was 15-25 us per step (one-off timing of the step
-calls against the step).
+checked, the call's arguments converted, the recipes' loops: for an LSTM's step (a short
+product and a shorter kernel) a large part of the step's time.
 
 Once the trace exists, every address a step uses is an affine function of ``t``: a
 lagged state's row ``S[t - c]``, an input's row ``U[a t + b]`` (zeros outside), an
@@ -33,9 +32,8 @@ and no output that is a fed value. Otherwise the steps stay in Python. The first
 a run makes or uses the trace in Python, and a program's first run also its second (its
 products' packs are made there).
 
-The benchmark LSTM (``bench_cpu.py``'s), with against without the loop, two alternating
-pairs of processes (one-off script, medians of 21): ``tg.build`` forward 10.4 and 8.8 ms
-against 11.1 and 9.6; ``build_vjp``'s backward 19.7 and 18.6 ms against 20.3 and 19.9.
+``benchmarks/bench_lstm.py`` and ``bench_cpu.py``'s LSTM rows measure the scans this
+serves.
 """
 
 from __future__ import annotations

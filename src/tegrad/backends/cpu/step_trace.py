@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...lower.kernels import General
 from .gemm import GemmCall
+from .kernel_call import CompiledKernel
 from .packed import fixed_operand_product
 from .replay import ReplayedContraction, data_address
 
@@ -38,9 +40,7 @@ class StepTrace:
 
     @classmethod
     def make(cls, program, feed: dict, threads: int) -> StepTrace | None:
-        from .program import _Compiled
-
-        kinds = (_Compiled, ReplayedContraction)
+        kinds = (CompiledKernel, ReplayedContraction)
         if not all(isinstance(s, kinds) for s in program.steps):
             return None
         if not all(type(a) is np.ndarray for a in feed.values()):
@@ -50,6 +50,7 @@ class StepTrace:
 
     def __init__(self, program, feed: dict, threads: int):
         self.threads = threads
+        self.shared_rows_bytes = program.options.shared_rows_bytes
         self.slot: dict = {}  # tensor -> index in the address list
         self.fed: list = []  # (slot, placeholder, dtype, strides) read from the feed
         self.buffers: dict = {}  # computed tensor -> its buffer
@@ -61,7 +62,7 @@ class StepTrace:
         self.calls: list | None = []
         self.forms: list = []  # each call's parts, for a loop over steps (step_loop.py)
         for kernel, step in zip(program.plan.kernels, program.steps, strict=True):
-            call = (self._kernel(step) if kernel.kind == "general"
+            call = (self._kernel(step) if isinstance(kernel, General)
                     else self._contraction(step, kernel.tensor, feed))
             if call is None:
                 self.calls = None
@@ -142,7 +143,7 @@ class StepTrace:
         out, any_packed = [], False
         for call, operands in actions:
             which = next((w for w in (1, 0) if operands[w][0] in fixed), None)
-            packed = (fixed_operand_product(call, which, self.threads)
+            packed = (fixed_operand_product(call, which, self.threads, self.shared_rows_bytes)
                       if isinstance(call, GemmCall) and which is not None else None)
             if packed is not None:
                 self.packs.append(packed)

@@ -1,6 +1,6 @@
 """A sum of products over shifted operands as one register-blocked kernel (AVX-512, float32).
 
-A looped reduction (``gemm.py``; ``numpy_kernels._choose_loop``) is a product summed over
+A looped reduction (``gemm.py``; ``host/products._choose_loop``) is a product summed over
 ``T`` terms, each reading its operands at a fixed offset from the first term's:
 
     C[i, j] (+)= sum_t sum_k A[i, k + a_t] B[k, j + b_t]
@@ -8,9 +8,8 @@ A looped reduction (``gemm.py``; ``numpy_kernels._choose_loop``) is a product su
 (offsets in elements of the flat operands; ``A`` may be stored transposed). A stride-1
 3x3 convolution is one with ``T = 9``: ``A_t`` the weights of tap ``t``, ``B`` the padded
 input image as a (channels, pixels) matrix, ``b_t`` the tap's shift. BLAS makes it as
-``T`` calls with ``K`` = the channels, small (64), and packs ``B`` again for each: on this
-project's machine (2-core AMD EPYC, AVX-512) MKL reached 163-180 GFLOP/s on the benchmark
-convolution, where oneDNN's direct convolution (PyTorch) reaches about 215.
+``T`` calls with ``K`` = the channels, small (64), and packs ``B`` again for each: well
+below what a direct convolution (oneDNN's, in PyTorch) reaches on the same machine.
 
 Here the terms are one loop inside one kernel, and ``B`` is never packed: its rows are
 read where they lie, shifted. ``A`` (the small operand) is packed once per call as
@@ -21,47 +20,32 @@ of ``A`` into 24 fused multiply-adds. Columns past ``N`` are masked, in loads an
 (no element outside the operands is read). Tiles sweep a strip of columns per row block,
 as wide as keeps the ``B`` rows it reads within ``TG_TILE_BYTES`` (in L2).
 
-The benchmark convolution in a one-off C harness (8 images, 2 threads, medians of 21):
-8.5-8.9 ms (203-218 GFLOP/s) against MKL's nine calls' 10.8-11.3 ms; in ``tg_gemm``,
-9.0-9.5 ms. Shallow single products (``K`` 64-256, 128 or more columns) took 0.61-0.95x
-MKL's time in a one-off script; narrower ones, and a transposed ``B`` copied to rows
-first, were no faster, so they stay BLAS calls. Deeper single products take the kernel
-only where each thread's block is ``DEEP_MIN_COLS`` wide: square 512 and 1024, plain or
-``A^T @ B``, took 0.90-1.00x MKL's time (``benchmarks/bench_blas.py``, three runs), where
-an LSTM's 50 steps' ``dG^T H`` (1024 x 256 x 1600, 256 columns a thread) took 1.12x (one
-run with the limit at 256).
+Shifted sums and shallow single products (``K`` 64-256, 128 or more columns) beat MKL's
+calls; narrower ones, and a transposed ``B`` copied to rows first, do not, so they stay
+BLAS calls. Deeper single products take the kernel only where each thread's block is
+``DEEP_MIN_COLS`` wide: narrower deep blocks (an LSTM's ``dG^T H``, 256 columns a thread)
+were slower than MKL. ``benchmarks/bench_blas.py`` measures these shapes against MKL.
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
 (``gemm.Blas.direct_terms``: tests compare both ways).
 
-**Where it is used** (``wanted_here``). All the figures above are from an AMD EPYC, where
-MKL does not run its AVX-512 code. On an Intel Xeon (2 cores, AVX-512, 2 MiB L2 each)
-MKL was faster on every shape: the kernel took 1.17-3.0x MKL's time in
-``bench_blas.py`` (1024 x 1024 x 1024: 2.73x; its ``B`` rows 4 KiB apart crowd a few of
-L2's sets), and the suite without it had matmul1024's forward at 11.9 ms against 22.2,
-conv2d_s1's forward 8.9 against 12.0 (one run each). So by default the kernel is used on
-processors other than Intel's; ``TEGRAD_TERM_KERNEL=1`` or ``0`` decides instead.
+**Where it is used** (``wanted_here``). The gains above are on an AMD EPYC, where MKL
+does not run its AVX-512 code. On an Intel Xeon, MKL was faster on every shape
+``bench_blas.py`` times (a 1024-square product's ``B`` rows 4 KiB apart crowd a few of
+L2's sets). So by default the kernel is used on processors other than Intel's
+(``Options.term_kernel``); ``TEGRAD_TERM_KERNEL=1`` or ``0`` decides instead.
 """
 
-import os
+from ...options import Options
 
 
 def wanted_here() -> bool:
     """Whether products take the kernel by default on this machine (see the header):
-    ``TEGRAD_TERM_KERNEL`` if set (``1``/``0``), else True unless the processor is
-    Intel's."""
-    chosen = os.environ.get("TEGRAD_TERM_KERNEL", "").strip()
-    if chosen in ("0", "1"):
-        return chosen == "1"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return "GenuineIntel" not in line
-    except OSError:
-        pass
-    return True
+    ``Options.term_kernel`` as the environment sets it (``TEGRAD_TERM_KERNEL``, else True
+    unless the processor is Intel's). Read once per process, as the BLAS is loaded once."""
+    return Options.from_environment().term_kernel
+
 
 TILE_ROWS = 8  # TG_MR
 MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses

@@ -36,7 +36,7 @@ import dataclasses
 import io
 import pickle
 
-from .expr import (
+from ..ir.expr import (
     ARGMAX,
     ARGMIN,
     MAX,
@@ -55,9 +55,9 @@ from .expr import (
     Var,
     fresh_uid,
 )
-from .scan import LAG_READS, STATE_OF, STEP_VALUES, ScanOp, ScanOutput, StepGraph
-from .tensor import Compute, Placeholder, Tensor
-from .traverse import topo_tensors
+from ..ir.scan import LAG_READS, STATE_OF, STEP_VALUES, ScanOp, ScanOutput, StepGraph
+from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.traverse import topo_tensors
 
 REGISTRIES = (LAG_READS, STATE_OF, STEP_VALUES)
 _BUILTIN = {c.kind: c for c in (SUM, PROD, MAX, MIN, ARGMAX, ARGMIN)}

@@ -13,7 +13,7 @@ leave its tensor is masked by a guard on its path, so a clipped value is never u
 Indices read from integer tensors are checked here, under the guards of their path.
 
 Large grids are evaluated in chunks of the leading output axes so that no intermediate
-exceeds ``GRID_LIMIT`` elements.
+exceeds ``EVALUATION_GRID_POINTS`` elements.
 """
 
 from __future__ import annotations
@@ -22,15 +22,26 @@ import math
 
 import numpy as np
 
-from ..ir.affine import linearize
-from ..ir.bounds import is_pure_index
-from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, node_memo
-from ..ir.numpy_ops import BINARY, UNARY
-from ..ir.tensor import Compute
-from ..ir.traverse import free_vars, walk
-from ..ir.verify import split_conjunction
+from ...ir.affine import linearize
+from ...ir.bounds import is_pure_index
+from ...ir.expr import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    node_memo,
+    split_conjunction,
+)
+from ...ir.numpy_ops import BINARY, UNARY
+from ...ir.tensor import Compute
+from ...ir.traverse import free_vars, walk
 
-GRID_LIMIT = 1 << 23
+EVALUATION_GRID_POINTS = 1 << 23
 
 
 REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
@@ -68,15 +79,15 @@ def _plan_chunks(t: Compute) -> list[list[tuple[int, int]]]:
     if not t.shape:
         return [full]
     total = math.prod(t.shape) * inner
-    if total <= GRID_LIMIT:
+    if total <= EVALUATION_GRID_POINTS:
         return [full]
     regions: list[list[tuple[int, int]]] = [[]]
     per_point = inner
     for axis, size in enumerate(t.shape):
         rest = math.prod(t.shape[axis + 1 :]) * per_point
-        if rest * size <= GRID_LIMIT:
+        if rest * size <= EVALUATION_GRID_POINTS:
             return [r + full[axis:] for r in regions]
-        step = max(1, GRID_LIMIT // max(rest, 1))
+        step = max(1, EVALUATION_GRID_POINTS // max(rest, 1))
         regions = [r + [(lo, min(lo + step, size))] for r in regions for lo in range(0, size, step)]
         if step > 1 or axis == len(t.shape) - 1:
             return [r + full[axis + 1 :] for r in regions]

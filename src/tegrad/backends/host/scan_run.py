@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..lower.checkpoint import Segments, largest_lags
+from ...lower.checkpoint import Segments, largest_lags
 
 
 def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:

@@ -4,8 +4,9 @@
 this process or another, whose ``objects`` have the same structure (``serialize.key``)
 loads the stored result against its own objects instead of calling ``make``. ``tg.gradient``
 stores its gradients keyed by the output, the inputs and the head. ``tg.build`` on the cpu
-target stores its kernels' plan and C text keyed by the program. A warm process therefore
-neither differentiates nor plans again.
+target stores its kernels' plan and C text keyed by the program and its ``tg.Options``
+(``salt``), so a program made under one setting is never loaded under another. A warm
+process therefore neither differentiates nor plans again.
 
 Files live under ``$TEGRAD_CACHE_DIR`` (default ``~/.cache/tegrad``) as
 ``graphs/<kind>-<hash>.pkl``. The hash covers the key's bytes, tegrad's own source files
@@ -34,6 +35,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+from ..options import cache_dir, graph_cache_enabled
 from . import serialize
 
 # What ``remembered`` did in this process, by kind: "<kind> loaded", "<kind> made" and
@@ -43,11 +45,11 @@ STATS: Counter = Counter()
 
 def cache_root() -> Path:
     """``$TEGRAD_CACHE_DIR``, default ``~/.cache/tegrad`` (also the compiled kernels')."""
-    return Path(os.environ.get("TEGRAD_CACHE_DIR") or Path.home() / ".cache" / "tegrad")
+    return cache_dir()
 
 
 def enabled() -> bool:
-    return os.environ.get("TEGRAD_GRAPH_CACHE", "1") != "0"
+    return graph_cache_enabled()
 
 
 @cache
@@ -68,15 +70,16 @@ def entry_path(kind: str, key_bytes: bytes) -> Path:
     return cache_root() / "graphs" / f"{kind}-{digest.hexdigest()[:32]}.pkl"
 
 
-def remembered(kind: str, objects, make: Callable[[], object]):
-    """``make()``, or the result a call with equally structured ``objects`` stored."""
+def remembered(kind: str, objects, make: Callable[[], object], salt: bytes = b""):
+    """``make()``, or the result a call with equally structured ``objects`` (and the same
+    ``salt``: a build's ``Options.cache_key()``) stored."""
     if not enabled():
         return make()
     try:
         key_bytes, anchors = serialize.key(objects)
     except serialize.Unstorable:
         return make()
-    path = entry_path(kind, key_bytes)
+    path = entry_path(kind, salt + key_bytes)
     try:
         data = path.read_bytes()
     except OSError:

@@ -4,7 +4,7 @@ After fusion (``lower/fusion.py``) a plan may still hold a kernel that another r
 its own point but that fusion kept, because a third kernel reads it too: a layer norm's
 row mean, read by its variance and by its weight gradient. Run apart, both stream the
 rows from memory. A kernel ``B`` takes an earlier kernel ``A`` of its shape into its loops
-(``Fused.also``) when
+(``General.also``) when
 
 * no kernel between them reads ``A`` (``A`` is then made where ``B`` is), and
 * ``B`` reads ``A``, only at its own point, ``A[i, j]`` inside ``B[i, j]``: those reads
@@ -22,12 +22,12 @@ keeps (plan outputs, so fusion keeps them) is one loop nest writing the hidden s
 cell state and the gates.
 
 Kernels that merely share inputs are left apart: a layer norm's output and input gradient
-written by one loop (four row streams, 4096 x 1024) took 5.1 ms against 1.3 + 1.7 ms
-apart (medians of 25 calls, a one-off A/B script not kept in the repo).
+written by one loop (four row streams) was slower than the two loops apart, which keep
+fewer rows in flight.
 
 **Column sums.** A later kernel ``D[j] = sum_{i...} s(i..., j)`` summing over every axis of
 a plain row kernel ``B[i..., j]`` but its last, with a summand ``s`` that reads only what
-exists before ``B`` runs, is made in ``B``'s loops (``Fused.columns``): each thread adds
+exists before ``B`` runs, is made in ``B``'s loops (``General.columns``): each thread adds
 ``s`` at the points it visits into its own row of partial sums, and the rows are added
 in thread order after the loop (deterministic for a thread count). Of the row kernels
 that can take it, the one that already reads the most of the row-sized tensors ``s`` reads
@@ -42,16 +42,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...ir.expr import Read, Reduce
-from ...ir.tensor import make_compute
-from ...ir.traverse import substitute, tensors_read, walk
-from ...lower.fusion import inline
-from ...lower.plan import Fused, Kernel, Plan, reads_and_makes, written
-from ...lower.residue import unrolled_axes
-from .kernel_facts import column_order, regions
+from ..backends.cpu.kernel_facts import column_order, regions
+from ..ir.expr import Read, Reduce
+from ..ir.tensor import make_compute
+from ..ir.traverse import substitute, tensors_read, walk
+from .fusion import inline
+from .kernels import General, Kernel, Plan, reads_and_makes
+from .residue import unrolled_axes
 
 
 def group(p: Plan) -> Plan:
+    """``p`` with general kernels of one loop nest written together (module header)."""
     kernels = list(p.kernels)
     _merge_into_each(kernels, _absorb)  # earlier kernels of the same shape
     _place_columns(kernels)  # column sums into a row kernel before them
@@ -90,9 +91,9 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     inlined, each row's statistic is computed in that row's loop (once: code motion) and
     the rows are read from memory once."""
     a = kernels[j]
-    if a.kind != "general" or _fused(a).columns:
+    if not isinstance(a, General) or a.columns:
         return None
-    made = {a.tensor, *(t for t, _ in _also(a))}
+    made = {a.tensor, *(t for t, _ in a.also)}
     if made & outputs:
         return None
     readers = [k for k, other in enumerate(kernels) if k != j and made & _reads(other)]
@@ -100,21 +101,18 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
         return None
     k = readers[0]
     b = kernels[k]
-    body_b = _body(b)
+    body_b = b.body_of
     lead = tuple(body_b.axes[: len(a.tensor.shape)])
     if len(lead) >= len(body_b.axes) or a.tensor.shape != body_b.shape[: len(lead)]:
         return None
-    bodies = [body_b.body, *(body for _, body in written(b))]
+    bodies = [body_b.body, *(body for _, body in b.written())]
     for e in (x for body in bodies for x in walk(body)):
         if isinstance(e, Read) and e.tensor in made and tuple(e.indices) != lead:
             return None
     inlined = _inliner(a)
-    detail = _fused(b)
     compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
-    fused = replace(detail, body_of=compute,
-                    also=tuple((t, inlined(body)) for t, body in detail.also),
-                    columns=tuple((t, inlined(body)) for t, body in detail.columns))
-    return k, Kernel(b.tensor, "general", fused)
+    return k, replace(b, body_of=compute, also=tuple((t, inlined(body)) for t, body in b.also),
+                      columns=tuple((t, inlined(body)) for t, body in b.columns))
 
 
 def _place_columns(kernels: list) -> None:
@@ -127,15 +125,15 @@ def _place_columns(kernels: list) -> None:
     while j < len(kernels):
         d = kernels[j]
         best = None
-        if d.kind == "general" and not written(d):
+        if isinstance(d, General) and not d.written():
             later: set = set()  # made by the candidate or after it: a summand may not read
             for k in range(j - 1, -1, -1):
                 b = kernels[k]
                 later.update(_made(b))
-                if not _plain(b) or len(_body(b).axes) < 2:
+                if not _plain(b) or len(b.body_of.axes) < 2:
                     continue
-                body_b = _body(b)
-                summand = _column_summand(_body(d), body_b.axes, body_b.shape)
+                body_b = b.body_of
+                summand = _column_summand(d.body_of, body_b.axes, body_b.shape)
                 if summand is None or set(tensors_read(summand)) & later:
                     continue
                 rows = {t for t in tensors_read(summand) if t.shape == body_b.shape}
@@ -147,9 +145,7 @@ def _place_columns(kernels: list) -> None:
             continue
         _, k, summand = best
         b = kernels[k]
-        detail = _fused(b)
-        kernels[k] = Kernel(b.tensor, "general",
-                            replace(detail, columns=(*detail.columns, (d.tensor, summand))))
+        kernels[k] = replace(b, columns=(*b.columns, (d.tensor, summand)))
         del kernels[j]
 
 
@@ -181,8 +177,8 @@ def _absorb(kernels: list, k: int):
     b = kernels[k]
     if not _plain(b):
         return None
-    body_b = _body(b)
-    bodies_b = [body_b.body, *(body for _, body in _also(b))]
+    body_b = b.body_of
+    bodies_b = [body_b.body, *(body for _, body in b.also)]
     for j in range(k - 1, -1, -1):
         a = kernels[j]
         made = _made(a)  # (no column sums yet: its tensor and what it also writes)
@@ -195,24 +191,23 @@ def _absorb(kernels: list, k: int):
         if (not any(e.tensor is a.tensor for e in reads)
                 or any(tuple(e.indices) != tuple(body_b.axes) for e in reads)):
             continue  # not read, or read elsewhere than at its own point
-        source = _body(a)
+        source = a.body_of
         renaming = dict(zip(source.axes, body_b.axes, strict=True))
-        taken = [(a.tensor, source.body), *_also(a)]
+        taken = [(a.tensor, source.body), *a.also]
         inlined = _inliner(a)
-        detail = _fused(b)
         compute = make_compute(body_b.shape, body_b.axes, inlined(body_b.body), body_b.name)
-        also = (*((t, inlined(body)) for t, body in detail.also),
+        also = (*((t, inlined(body)) for t, body in b.also),
                 *((t, substitute(body, renaming)) for t, body in taken))
-        return j, Kernel(b.tensor, "general", replace(detail, body_of=compute, also=also))
+        return j, replace(b, body_of=compute, also=also)
     return None
 
 
 def _inliner(a: Kernel):
     """``body -> body`` with every read of what kernel ``a`` makes (its tensor and what it
     also writes) replaced by that tensor's body."""
-    source = _body(a)
+    source = a.body_of
     sources = [(a.tensor, source)] + [(t, make_compute(t.shape, source.axes, body, t.name))
-                                       for t, body in _also(a)]
+                                       for t, body in a.also]
 
     def inlined(body):
         for t, compute in sources:
@@ -220,19 +215,6 @@ def _inliner(a: Kernel):
         return body
 
     return inlined
-
-
-def _fused(kernel: Kernel) -> Fused:
-    """A general kernel's ``Fused`` detail; a plain kernel's is its own compute."""
-    return kernel.detail if isinstance(kernel.detail, Fused) else Fused(kernel.tensor, ())
-
-
-def _body(kernel: Kernel):
-    return getattr(kernel.detail, "body_of", kernel.tensor)
-
-
-def _also(kernel: Kernel) -> tuple:
-    return getattr(kernel.detail, "also", ())
 
 
 _READS: dict = {}  # id(kernel) -> (kernel, the tensors it reads): group() walks often
@@ -249,9 +231,9 @@ def _reads(kernel: Kernel) -> set:
 
 def _plain(kernel: Kernel) -> bool:
     """A general kernel that ``codegen`` writes as a plain row nest."""
-    if kernel.kind != "general":
+    if not isinstance(kernel, General):
         return False
-    c = _body(kernel)
+    c = kernel.body_of
     axes, shape = c.axes, c.shape
     if not axes or column_order(c.body, axes, shape) or regions(c.body, axes[-1], shape[-1]):
         return False

@@ -1,0 +1,140 @@
+"""A general kernel's C and its compiled function: the parts of ``program.py`` that the
+scan step traces (``step_trace.py``) also bind to.
+
+``KernelText`` is the C of one kernel, plain data; ``Library`` compiles the kernels of one
+program (and its scans' step programs) into one shared library; ``CompiledKernel`` calls
+one kernel's function on the arrays it reads."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.tensor import Tensor
+from ...options import cores
+from .buffers import BufferPool
+from .c_ops import PRELUDE
+from .compiler import bind, load, split_units
+from .copy import helper as copy_helper
+from .gemm import helper as gemm_helper
+from .replay import data_address
+
+
+def compile_jobs() -> int:
+    """Concurrent compiler runs: the cores this process may use (at most 8)."""
+    return min(8, cores())
+
+
+@dataclass(frozen=True)
+class KernelText:
+    """A general kernel's C function and what calling it needs (from ``KernelSource``,
+    without the generator's working state, so that a blueprint pickles small)."""
+
+    tensor: Tensor
+    name: str
+    text: str
+    args: tuple  # outputs first, then each tensor read
+    outputs: int
+    gathers: tuple
+
+
+class Library:
+    """The kernels of one program (and its scans' step programs): one library."""
+
+    def __init__(self, texts: list[KernelText]):
+        self.texts = [k.text for k in texts]
+        self.lib = None
+
+    def load(self) -> None:
+        # the product and copy helpers are built (on a first run: cached after) meanwhile
+        with ThreadPoolExecutor(max_workers=2) as side:
+            helpers = [side.submit(_build_quietly, build) for build in (copy_helper, gemm_helper)]
+            self.lib = load("\n\n".join([PRELUDE, *self.texts]),
+                            split_units(PRELUDE, self.texts, compile_jobs()))
+            for job in helpers:
+                job.result()
+
+
+def _build_quietly(build) -> None:
+    """Run ``build``; a failure is left for the first use of what it builds to report."""
+    try:
+        build()
+    except Exception:  # noqa: BLE001 - reported again where the helper is used
+        pass
+
+
+class CompiledKernel:
+    """A general kernel's compiled function, called on the arrays it reads. The call is
+    made once per kernel and per scan step, so it does little: each read is checked
+    against the dtype (an interned ``np.dtype``) and C-order strides it is compiled for,
+    a small output is not pooled, and the error slots are a ctypes array."""
+
+    def __init__(self, src: KernelText, unit: Library, threads: int, min_bytes: int):
+        self.src = src
+        self.threads = threads
+        self.unit = unit
+        self.fn = None
+        t = src.tensor
+        self.shape, self.dtype, self.dtype_name = t.shape, np.dtype(t.dtype), t.dtype
+        self.pooled = math.prod(t.shape) * self.dtype.itemsize >= min_bytes
+        # the other tensors its loops write or sum (grouping.py), after its own
+        self.written = [(u, u.shape, u.dtype) for u in src.args[1:src.outputs]]
+        self.reads = []
+        for a in src.args[src.outputs:]:
+            dtype = np.dtype(a.dtype)
+            self.reads.append((a, dtype, _c_strides(a.shape, dtype.itemsize)))
+        self.pointers = ctypes.c_void_p * len(src.args)
+        self.err = (ctypes.c_long * 2)()
+        self.err_address = ctypes.addressof(self.err)
+
+    def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
+        fn = self.fn or self.bound()
+        if pool is not None and self.pooled:
+            out = pool.take(self.shape, self.dtype_name)
+        else:
+            out = np.empty(self.shape, self.dtype)
+        held = [out]
+        for u, shape, dtype in self.written:
+            arrays[u] = pool.take(shape, dtype) if pool is not None else np.empty(shape, dtype)
+            held.append(arrays[u])
+        for a, dtype, strides in self.reads:
+            arr = arrays[a]
+            if (type(arr) is not np.ndarray or arr.dtype is not dtype
+                    or arr.strides != strides):  # (a copy if not a C-order array)
+                arr = np.ascontiguousarray(arr, dtype=dtype)
+            held.append(arr)
+        fn(self.pointers(*map(data_address, held)), self.err_address, self.threads)
+        if self.err[0]:
+            self.raise_error()
+        return out
+
+    def bound(self):
+        """The compiled function (``fn(pointers, err, threads)``), loaded on first use."""
+        if self.fn is None:
+            self.fn = bind(self.unit.lib, self.src.name,
+                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+        return self.fn
+
+    def raise_error(self) -> None:
+        """Raise what a call left in the error slots (and clear them)."""
+        if self.err[0] < 0:  # (err[0] = -1: the column sums' partial rows, grouping.py)
+            self.err[0] = 0
+            raise MemoryError(f"{self.src.tensor.name}: no memory for per-thread partial sums")
+        if self.err[0]:
+            g = self.src.gathers[self.err[0] - 1]
+            value = self.err[1]
+            self.err[0] = self.err[1] = 0
+            raise IndexError(f"{self.src.tensor.name}: gather {g.tensor}[...] index {g.axis} "
+                             f"got value {value}, outside [0, {g.dim}) (from {g.index})")
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))

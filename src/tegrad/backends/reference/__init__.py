@@ -1,0 +1,1 @@
+"""The NumPy reference target."""
