@@ -1,0 +1,474 @@
+"""A general kernel as a loop-nest tree: what every target renders, decided once.
+
+``T[i, j] = sum_k A[i, k] B[k, j]`` (a general kernel, not a contraction, for the
+example) is, once ``lower/nest_build.py`` has made its decisions,
+
+    Kernel k0 (args T, A, B; one output)
+      FlatLoop i0 over 64, parallel              the leading axes, one loop shared out
+        Loop i1 over [0, 32), vectorized          the other output axes, nested
+          Accumulator acc2 = 0
+          Loop r0 over [0, 16), unrolled           the reduction's own loop
+            Let t3 = A[i0 * 16 + r0]
+            Let t4 = B[r0 * 32 + i1]
+            Let t5 = t3 * t4
+            Accumulate sum acc2 += t5
+          Store T[i0 * 32 + i1] = acc2
+
+The tree holds decisions, not spelling: which axes a thread shares out (``FlatLoop``),
+which loop vectorizes and over which accumulators (``Loop.vectorize``,
+``Loop.simd_reductions``), which is unrolled, what sits under a guard (``Guard``, a
+barrier nothing inside moves above), where every value is computed (``Let``, at the
+outermost block binding its free variables), which reads are checked or clamped, which
+outputs are staged and streamed. A target's renderer spells each node (C with OpenMP:
+``backends/c/render.py``) and decides nothing.
+
+Values are named in order of first use (``t5``, ``acc2``, ``i0``, ``r1``) by the pass that
+builds the tree: the same structure, shapes and dtypes give the same names, so the
+rendered text can be the cache key. The right side of a ``Let`` is a small scalar form
+(``Apply``, ``Load``, ``Choose``, ``BufferLoad``) over operands that are names or
+literals; loop bounds are a small integer form (``Affine``, ``IMax``, ``CeilDiv``, ...).
+
+Blocks are plain (mutable) dataclasses: code motion puts a value into a block that is
+already open below others, and row caches are declared at the head of their block once
+it is filled, so a block's items grow while the pass runs. Everything inside a block
+(operands, statements, bounds) is frozen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.expr import Combiner
+
+# operands ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A named value: a local, an accumulator, a loop variable."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lit:
+    """A constant of ``dtype``."""
+
+    value: object
+    dtype: str
+
+
+Operand = Ref | Lit
+
+
+# integer forms (loop bounds, indices) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Affine:
+    """``sum c * v + k`` over named integer variables."""
+
+    terms: tuple  # ((coefficient, name), ...)
+    k: int
+
+
+@dataclass(frozen=True, slots=True)
+class Scaled:
+    """``m * x``."""
+
+    m: int
+    x: object
+
+
+@dataclass(frozen=True, slots=True)
+class Negated:
+    x: object
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """``x + 1``: the end of a half-open range whose last point is ``x``."""
+
+    x: object
+
+
+@dataclass(frozen=True, slots=True)
+class CeilDiv:
+    """``ceil(x / d)``, ``d > 0``."""
+
+    x: object
+    d: int
+
+
+@dataclass(frozen=True, slots=True)
+class FloorDiv:
+    """``floor(x / d)``, ``d > 0``."""
+
+    x: object
+    d: int
+
+
+@dataclass(frozen=True, slots=True)
+class IMax:
+    a: object
+    b: object
+
+
+@dataclass(frozen=True, slots=True)
+class IMin:
+    a: object
+    b: object
+
+
+# a bound is an int or one of the forms above
+
+
+@dataclass(frozen=True, slots=True)
+class RowIndex:
+    """``sum name * stride``: a point of a row-major array (empty: element 0)."""
+
+    terms: tuple  # ((name, stride), ...)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidueIndex:
+    """``sum (sum c * name + k) * stride``: a residue class's point (``v = n q + a``)."""
+
+    dims: tuple  # (((coefficient, name), ...), k, stride) per output dimension
+
+
+@dataclass(frozen=True, slots=True)
+class IndexTerm:
+    """One dimension of a read: ``value * stride``, ``value`` clamped into ``[0, clamp]``
+    when ``clamp`` is not None (a branch-free select's discarded read)."""
+
+    value: Operand
+    stride: int
+    clamp: int | None = None
+
+
+# scalar forms (the right side of a Let) ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Apply:
+    """``op`` (``tegrad.ir`` scalar op, or ``cast``) of ``args``: result ``dtype``, operands
+    ``operand``. ``truncating``: an integer ``//``/``%`` of a value never negative by a
+    positive constant, where truncating division is the floor (and vectorizes)."""
+
+    op: str
+    args: tuple
+    dtype: str
+    operand: str
+    truncating: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Choose:
+    """``cond ? a : b``, both sides evaluated."""
+
+    cond: Operand
+    a: Operand
+    b: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """Element ``sum terms`` of kernel argument ``arg``."""
+
+    arg: int
+    index: tuple  # IndexTerm per dimension
+
+
+@dataclass(frozen=True, slots=True)
+class BufferLoad:
+    """Element ``index`` of a row cache."""
+
+    buffer: str
+    index: Operand
+
+
+# statements --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """An immutable local: ``name = value``."""
+
+    name: str
+    dtype: str
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class Declare:
+    """A mutable local, set later by ``Assign`` (``init``: its value until then)."""
+
+    name: str
+    dtype: str
+    init: Operand | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Assign:
+    name: str
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class CheckIndex:
+    """``name = value`` when ``0 <= value < extent``; else 0, and the first bad index
+    reported with the number ``slot`` (``Kernel.gathers[slot - 1]``)."""
+
+    name: str
+    value: Operand
+    extent: int
+    slot: int
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """Kernel argument ``arg`` at ``index`` (a ``RowIndex`` or ``ResidueIndex``) gets ``value``."""
+
+    arg: int
+    index: object
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class RowBuffer:
+    """A row cache of ``length`` elements; ``row``: the output's own row at that offset
+    of argument 0, else a buffer of its own (``row_cache.py``)."""
+
+    name: str
+    dtype: str
+    length: int
+    row: RowIndex | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStore:
+    buffer: str
+    index: Operand
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulator:
+    """A reduction's accumulator, starting at ``identity``; ``nan``: with a NaN flag
+    beside it (a float max/min, see ``Accumulate``)."""
+
+    name: str
+    dtype: str
+    identity: Lit
+    nan: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ArgAccumulator:
+    """An argmax/argmin's position (from ``start``), best value and found flag."""
+
+    name: str
+    dtype: str
+    source_dtype: str
+    start: int
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSlot:
+    """A column nest's accumulator of the current column (``ColumnAccumulators``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accumulate:
+    """``acc = acc (kind) src`` where every ``mask`` operand holds. ``flag``: a float
+    max/min compares plainly and raises ``acc``'s NaN flag (vectorizes as an ordinary
+    max reduction; ``RestoreNaN`` after the loop). ``position``: an argmax's point, one
+    ``(name, extent, lo)`` per axis; ``combiner``: a custom reduction's."""
+
+    kind: str
+    acc: Ref | ColumnSlot
+    src: Operand
+    dtype: str
+    mask: tuple = ()
+    flag: bool = False
+    position: tuple = ()
+    combiner: Combiner | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreNaN:
+    """``acc = NaN`` if its flag went up."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnAccumulators:
+    """A column nest's ``size`` accumulators, each starting at ``identity``."""
+
+    dtype: str
+    identity: Lit
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreColumns:
+    """The column accumulators into argument 0 from ``base + lo`` on, one per column."""
+
+    base: RowIndex
+    lo: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenPartials:
+    """Per thread, ``count`` zeroed rows of partial column sums, ``stride`` bytes apart."""
+
+    count: int
+    stride: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartialRow:
+    """This thread's row of column sum ``m`` (of ``count``), for ``AddPartial``."""
+
+    m: int
+    dtype: str
+    count: int
+    stride: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartial:
+    m: int
+    index: Operand
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
+class CombinePartials:
+    """Column sum ``m`` into argument ``arg``: its threads' rows added in thread order."""
+
+    m: int
+    arg: int
+    dtype: str
+    n: int
+    count: int
+    stride: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClosePartials:
+    """The partial rows released."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """Output ``arg`` of a parallel iteration written to a ``span``-element buffer first."""
+
+    arg: int
+    dtype: str
+    span: int
+
+
+@dataclass(frozen=True, slots=True)
+class StreamOut:
+    """The staged part of output ``arg`` (``nbytes``) written past the caches."""
+
+    arg: int
+    nbytes: int
+
+
+# blocks ------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Block:
+    """A scope: ``items`` (statements and inner blocks) in order. ``binds``: the
+    ``tegrad.ir`` variables it binds; ``barrier``: a guarded branch, nothing inside it
+    is computed above it."""
+
+    binds: frozenset = frozenset()
+    barrier: bool = False
+    items: list = field(default_factory=list)
+    loop: bool = False
+    unrolled: bool = False  # a short loop of constant trip count, unrolled
+
+    def has_blocks(self) -> bool:
+        return any(isinstance(i, Block) for i in self.items)
+
+    def straight(self) -> bool:
+        """No branches and no loops inside but unrolled ones: the enclosing loop can be
+        vectorized across its iterations."""
+        return all(i.unrolled and i.straight() for i in self.items if isinstance(i, Block))
+
+
+@dataclass(eq=False)
+class Loop(Block):
+    """``var`` over ``[lo, hi)``. ``role``: ``output`` (an output axis), ``reduce`` (a
+    reduction's axis) or ``column_reduce`` (a column nest's reduce loops). ``unroll``:
+    the trip count to unroll (0: none); ``vectorize``: across iterations, with
+    ``simd_reductions`` (``(kind, accumulator, nan flag)``) carried."""
+
+    var: str = ""
+    lo: object = 0
+    hi: object = 0
+    role: str = "output"
+    unroll: int = 0
+    vectorize: bool = False
+    simd_reductions: tuple = ()
+
+
+@dataclass(eq=False)
+class FlatLoop(Block):
+    """One loop over the leading axes ``vars`` (``(name, extent, lo)`` each, the first
+    outermost), shared out over threads when ``parallel``. ``chunks``: a column nest's
+    chunks of ``chunk`` columns of ``columns`` follow the axes. ``stages``: outputs staged
+    per iteration (``Stage``)."""
+
+    vars: tuple = ()
+    parallel: bool = False
+    chunks: int = 0
+    chunk: int = 0
+    columns: int = 0
+    stages: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class ChunkLoop(Block):
+    """A column nest's innermost loop over the columns of the current chunk, vectorized;
+    ``var`` is the column, ``lo`` plus the chunk's start plus the loop's position."""
+
+    var: str = ""
+    lo: int = 0
+
+
+@dataclass(eq=False)
+class Guard(Block):
+    """Its items run where every one of ``conds`` holds (``negate``: where the one
+    condition does not)."""
+
+    conds: tuple = ()
+    negate: bool = False
+
+
+@dataclass
+class Gather:
+    """A checked read of an index tensor, for the error message."""
+
+    tensor: str
+    axis: int
+    index: str
+    dim: int
+
+
+@dataclass(eq=False)
+class Kernel:
+    """The function ``name``: ``args`` (tensors; the first ``outputs`` written), its
+    ``body`` and the checked reads ``gathers`` (``CheckIndex.slot`` numbers them)."""
+
+    name: str
+    args: list
+    outputs: int
+    body: Block
+    gathers: list
