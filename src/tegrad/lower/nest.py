@@ -446,8 +446,9 @@ class ChunkLoop(Block):
 @dataclass(eq=False)
 class Guard(Block):
     """Its items run where every one of ``conds`` holds (``negate``: where the one
-    condition does not)."""
+    condition does not); a barrier."""
 
+    barrier: bool = True
     conds: tuple = ()
     negate: bool = False
 

@@ -199,8 +199,8 @@ def _is_zero(e: Expr) -> bool:
     return isinstance(e, Const) and e.dtype != "bool" and e.value == 0
 
 
-TRANSCENDENTAL = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "pow",
-                            "sigmoid"})  # library calls, for the work estimate
+LIBRARY_CALLS = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf",
+                           "sigmoid"})  # unary ops that are a math library's calls
 TRANSCENDENTAL_COST = 8  # a library call (exp, tanh, ...) weighs this many additions
 
 
@@ -208,5 +208,5 @@ def work_per_point(body: Expr) -> int:
     """The parallel-work estimate of one output point: its widest reduction, weighted by
     the transcendental functions in the body (each the cost of ~``TRANSCENDENTAL_COST``
     additions: an LSTM step's gates are worth two threads at 8K points)."""
-    calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in TRANSCENDENTAL)
+    calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in LIBRARY_CALLS)
     return reduction_width(body) * (1 + TRANSCENDENTAL_COST * calls)

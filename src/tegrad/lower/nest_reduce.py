@@ -91,7 +91,7 @@ class ReduceLowering(ExprLowering):
         def guard(conds):
             if not conds:
                 return
-            block = Guard(barrier=True, conds=tuple(self.value(c) for c in conds))
+            block = Guard(conds=tuple(self.value(c) for c in conds))
             self.stack.append(block)
             opened.append(block)
 

@@ -224,7 +224,7 @@ class ExprLowering:
             here.items.append(Declare(name, e.dtype))
             branches = [(False, e.a), (True, e.b)]
         for negate, branch in branches:
-            block = Guard(barrier=True, conds=(cond,), negate=negate)
+            block = Guard(conds=(cond,), negate=negate)
             self.stack.append(block)
             block.items.append(Assign(name, self.value(branch)))
             self.stack.pop()
