@@ -79,7 +79,7 @@ def test_the_generator_builds_every_step():
 def test_a_wrong_kernel_is_caught(monkeypatch):
     """The comparison fails when the compiled target is wrong: every select of the C
     kernels one more than it should be, on a program whose output is a padding."""
-    from tegrad.lower.nest import Apply, Lit
+    from tegrad.lower.nest_forms import Apply, Lit
     from tegrad.lower.nest_values import ExprLowering
 
     original = ExprLowering.select

@@ -12,7 +12,7 @@ import tegrad as tg
 from tegrad.backends.c.render import CDialect
 from tegrad.backends.cpu.codegen import KernelSource
 from tegrad.backends.cpu.grouping import group
-from tegrad.lower import nest
+from tegrad.lower import nest, nest_forms
 from tegrad.lower.fusion import fuse
 from tegrad.lower.nest_build import kernel_nest
 from tegrad.lower.plan import plan
@@ -75,12 +75,13 @@ def _walk(x):
 
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__)
 def test_the_tree_holds_no_target_text(make):
-    """Every node of every kernel's tree is a ``lower.nest`` node, and every string in it
-    a name (no C, no types, no pragmas); only the checked reads' descriptions are text."""
+    """Every node of every kernel's tree is a ``lower.nest`` (or ``nest_forms``) node,
+    and every string in it a name (no C, no types, no pragmas); only the checked reads'
+    descriptions are text."""
     for t, body_of, also, columns in _general(make()):
         kernel = kernel_nest(t, body_of, "k0", also, columns, frozenset(), Options())
         for node in _walk(kernel.body):
-            assert type(node).__module__ == nest.__name__, type(node)
+            assert type(node).__module__ in (nest.__name__, nest_forms.__name__), type(node)
             for f in dataclasses.fields(node):
                 value = getattr(node, f.name)
                 if isinstance(value, str) and f.name not in ("dtype", "source_dtype",

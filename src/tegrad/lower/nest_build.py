@@ -61,20 +61,17 @@ from .nest import (
     CombinePartials,
     FlatLoop,
     Kernel,
-    Lit,
     Loop,
     OpenPartials,
     PartialRow,
-    Ref,
-    ResidueIndex,
     RowBuffer,
-    RowIndex,
     Stage,
     Store,
     StoreColumns,
     StreamOut,
 )
 from .nest_facts import column_order, regions, specialized, unshadow, work_per_point
+from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
 from .nest_reduce import ReduceLowering, accumulate
 from .residue import unrolled_axes, unrolled_bodies
 from .row_cache import row_caches

@@ -28,26 +28,9 @@ from ..ir.affine import linearize
 from ..ir.expr import Binary, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
-from .nest import (
-    Accumulate,
-    Accumulator,
-    Affine,
-    ArgAccumulator,
-    Block,
-    CeilDiv,
-    FloorDiv,
-    Guard,
-    IMax,
-    IMin,
-    Lit,
-    Loop,
-    Negated,
-    Next,
-    Ref,
-    RestoreNaN,
-    Scaled,
-)
+from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
 from .nest_facts import eager, reads_in_bounds
+from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
 from .nest_values import ExprLowering
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop

@@ -31,25 +31,9 @@ from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Va
 from ..ir.traverse import free_vars, walk
 from ..options import Options
 from .cost import reduction_width
-from .nest import (
-    Apply,
-    Assign,
-    Block,
-    BufferLoad,
-    BufferStore,
-    CheckIndex,
-    Choose,
-    Declare,
-    Gather,
-    Guard,
-    IndexTerm,
-    Let,
-    Lit,
-    Load,
-    Operand,
-    Ref,
-)
+from .nest import Assign, Block, BufferStore, CheckIndex, Declare, Gather, Guard, Let
 from .nest_facts import eager, index_in_bounds, reads_in_bounds
+from .nest_forms import Apply, BufferLoad, Choose, IndexTerm, Lit, Load, Operand, Ref
 
 
 class ExprLowering:

@@ -29,6 +29,7 @@ import math
 from ...ir import dtype as dt
 from ...ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var
 from ...lower import nest as n
+from ...lower import nest_forms as forms
 from ..cpu import c_ops
 from ..cpu.c_ops import CTYPE, LOCAL_CTYPE
 
@@ -141,21 +142,21 @@ class CDialect:
     # statements ---------------------------------------------------------------------------
 
     def statement(self, s) -> list[str]:
-        method = getattr(self, "s_" + type(s).__name__)
+        method = getattr(self, "visit_" + type(s).__name__)
         out = method(s)
         return [out] if isinstance(out, str) else out
 
-    def s_Let(self, s: n.Let) -> str:
+    def visit_Let(self, s: n.Let) -> str:
         return f"const {self.local_types[s.dtype]} {s.name} = {self.scalar(s.value)};"
 
-    def s_Declare(self, s: n.Declare) -> str:
+    def visit_Declare(self, s: n.Declare) -> str:
         init = "" if s.init is None else f" = {self.operand(s.init)}"
         return f"{self.local_types[s.dtype]} {s.name}{init};"
 
-    def s_Assign(self, s: n.Assign) -> str:
+    def visit_Assign(self, s: n.Assign) -> str:
         return f"{s.name} = {self.operand(s.value)};"
 
-    def s_CheckIndex(self, s: n.CheckIndex) -> str:
+    def visit_CheckIndex(self, s: n.CheckIndex) -> str:
         return self.check_index(s.name, self.operand(s.value), s.extent, s.slot)
 
     def check_index(self, name: str, value: str, extent: int, slot: int) -> str:
@@ -163,29 +164,29 @@ class CDialect:
         return (f"long {name} = (long)({value}); if ({name} < 0 || {name} >= {extent}L) "
                 f"{{ if (!err[0]) {{ err[0] = {slot}; err[1] = {name}; }} {name} = 0; }}")
 
-    def s_Store(self, s: n.Store) -> str:
+    def visit_Store(self, s: n.Store) -> str:
         return f"a{s.arg}[{self.index(s.index)}] = {self.operand(s.value)};"
 
-    def s_RowBuffer(self, s: n.RowBuffer) -> str:
+    def visit_RowBuffer(self, s: n.RowBuffer) -> str:
         ctype = self.local_types[s.dtype]
         if s.row is not None:
             return f"{ctype} *{s.name} = a0 + {self.index(s.row)};"
         return f"{ctype} {s.name}[{s.length}];"
 
-    def s_BufferStore(self, s: n.BufferStore) -> str:
+    def visit_BufferStore(self, s: n.BufferStore) -> str:
         return f"{s.buffer}[{self.operand(s.index)}] = {self.operand(s.value)};"
 
-    def s_Accumulator(self, s: n.Accumulator) -> list[str]:
+    def visit_Accumulator(self, s: n.Accumulator) -> list[str]:
         out = [f"{self.local_types[s.dtype]} {s.name} = {self.operand(s.identity)};"]
         if s.nan:
             out.append(f"int {s.name}_nan = 0;")
         return out
 
-    def s_ArgAccumulator(self, s: n.ArgAccumulator) -> str:
+    def visit_ArgAccumulator(self, s: n.ArgAccumulator) -> str:
         return (f"{self.local_types[s.dtype]} {s.name} = {s.start}; "
                 f"{self.local_types[s.source_dtype]} {s.name}_best = 0; int {s.name}_found = 0;")
 
-    def s_Accumulate(self, s: n.Accumulate) -> str:
+    def visit_Accumulate(self, s: n.Accumulate) -> str:
         acc = "cacc[j]" if isinstance(s.acc, n.ColumnSlot) else s.acc.name
         src = self.operand(s.src)
         mask = " && ".join(self.operand(m) for m in s.mask)
@@ -216,18 +217,18 @@ class CDialect:
         c = s.combiner
         return f"{acc} = {inline_combiner(c.combine, {c.lhs: acc, c.rhs: src})};"
 
-    def s_RestoreNaN(self, s: n.RestoreNaN) -> str:
+    def visit_RestoreNaN(self, s: n.RestoreNaN) -> str:
         return f"if ({s.name}_nan) {s.name} = NAN;"
 
-    def s_ColumnAccumulators(self, s: n.ColumnAccumulators) -> list[str]:
+    def visit_ColumnAccumulators(self, s: n.ColumnAccumulators) -> list[str]:
         return [f"{self.local_types[s.dtype]} cacc[{s.size}];",
                 f"for (long j = 0; j < {s.size}; j++) cacc[j] = {self.operand(s.identity)};"]
 
-    def s_StoreColumns(self, s: n.StoreColumns) -> str:
+    def visit_StoreColumns(self, s: n.StoreColumns) -> str:
         return (f"for (long j = 0; j < cn; j++) a0[{self.index(s.base)} + {s.lo}L + cs + j]"
                 " = cacc[j];")
 
-    def s_OpenPartials(self, s: n.OpenPartials) -> list[str]:
+    def visit_OpenPartials(self, s: n.OpenPartials) -> list[str]:
         total = f"(size_t)nthreads * {s.count * s.stride}"
         return [f"char *raw = (char *)malloc({total} + 4096);",
                 "if (!raw) { err[0] = -1; return; }",
@@ -239,22 +240,22 @@ class CDialect:
         ctype = self.local_types[dtype]
         return f"(({ctype} *)(part + ((long)({thread}) * {count} + {m}) * {stride}L))"
 
-    def s_PartialRow(self, s: n.PartialRow) -> str:
+    def visit_PartialRow(self, s: n.PartialRow) -> str:
         row = self.partial_row(s.m, s.dtype, s.count, s.stride, "omp_get_thread_num()")
         return f"{self.local_types[s.dtype]} *restrict mine{s.m} = {row};"
 
-    def s_AddPartial(self, s: n.AddPartial) -> str:
+    def visit_AddPartial(self, s: n.AddPartial) -> str:
         return f"mine{s.m}[{self.operand(s.index)}] += {self.operand(s.value)};"
 
-    def s_CombinePartials(self, s: n.CombinePartials) -> str:
+    def visit_CombinePartials(self, s: n.CombinePartials) -> str:
         row = self.partial_row(s.m, s.dtype, s.count, s.stride, "t")
         return (f"for (long j = 0; j < {s.n}L; j++) {{ {self.local_types[s.dtype]} s = 0; "
                 f"for (int t = 0; t < nthreads; t++) s += {row}[j]; a{s.arg}[j] = s; }}")
 
-    def s_ClosePartials(self, s: n.ClosePartials) -> str:
+    def visit_ClosePartials(self, s: n.ClosePartials) -> str:
         return "free(raw);"
 
-    def s_StreamOut(self, s: n.StreamOut) -> str:
+    def visit_StreamOut(self, s: n.StreamOut) -> str:
         return self.stream_out(s.arg, s.nbytes)
 
     def stream_out(self, arg: int, nbytes: int) -> str:
@@ -263,11 +264,11 @@ class CDialect:
 
     # values -------------------------------------------------------------------------------
 
-    def operand(self, x: n.Operand) -> str:
-        return x.name if isinstance(x, n.Ref) else c_ops.literal(x.value, x.dtype)
+    def operand(self, x: forms.Operand) -> str:
+        return x.name if isinstance(x, forms.Ref) else c_ops.literal(x.value, x.dtype)
 
     def scalar(self, v) -> str:
-        if isinstance(v, n.Apply):
+        if isinstance(v, forms.Apply):
             args = [self.operand(a) for a in v.args]
             if v.op == "cast":
                 return c_ops.cast(args[0], v.dtype)
@@ -276,15 +277,15 @@ class CDialect:
             if v.truncating:  # C's truncation is the floor for these operands
                 return f"({args[0]} {'/' if v.op == 'floordiv' else '%'} {args[1]})"
             return c_ops.binary(v.op, args[0], args[1], v.dtype, v.operand)
-        if isinstance(v, n.Load):
+        if isinstance(v, forms.Load):
             return f"a{v.arg}[{' + '.join(map(self.index_term, v.index)) or '0'}]"
-        if isinstance(v, n.Choose):
+        if isinstance(v, forms.Choose):
             return f"({self.operand(v.cond)} ? {self.operand(v.a)} : {self.operand(v.b)})"
-        if isinstance(v, n.BufferLoad):
+        if isinstance(v, forms.BufferLoad):
             return f"{v.buffer}[{self.operand(v.index)}]"
         raise TypeError(f"no C for {type(v).__name__}")
 
-    def index_term(self, t: n.IndexTerm) -> str:
+    def index_term(self, t: forms.IndexTerm) -> str:
         ix = self.operand(t.value)
         if t.clamp is not None:
             ix = self.clamp(ix, t.clamp)
@@ -294,7 +295,7 @@ class CDialect:
         return f"tg_imin(tg_imax({ix}, 0L), {top}L)"
 
     def index(self, x) -> str:
-        if isinstance(x, n.RowIndex):
+        if isinstance(x, forms.RowIndex):
             return " + ".join(f"{name} * {stride}L" for name, stride in x.terms) or "0"
         return " + ".join(
             f"({' + '.join(f'{c}L * {name}' for c, name in terms)} + {k}L) * {stride}L"
@@ -304,21 +305,21 @@ class CDialect:
         """An integer form of ``lower/nest.py`` (a loop bound)."""
         if isinstance(x, int):
             return str(x)
-        if isinstance(x, n.Affine):
+        if isinstance(x, forms.Affine):
             return " + ".join([f"{c} * {name}" for c, name in x.terms] + [f"{x.k}L"])
-        if isinstance(x, n.Scaled):
+        if isinstance(x, forms.Scaled):
             return f"({x.m}L * ({self.bound(x.x)}))"
-        if isinstance(x, n.Negated):
+        if isinstance(x, forms.Negated):
             return f"-({self.bound(x.x)})"
-        if isinstance(x, n.Next):
+        if isinstance(x, forms.Next):
             return f"{self.bound(x.x)} + 1"
-        if isinstance(x, n.CeilDiv):
+        if isinstance(x, forms.CeilDiv):
             return f"tg_cdiv({self.bound(x.x)}, {x.d}L)"
-        if isinstance(x, n.FloorDiv):
+        if isinstance(x, forms.FloorDiv):
             return f"tg_fdiv({self.bound(x.x)}, {x.d}L)"
-        if isinstance(x, n.IMax):
+        if isinstance(x, forms.IMax):
             return f"tg_imax({self.bound(x.a)}, {self.bound(x.b)})"
-        if isinstance(x, n.IMin):
+        if isinstance(x, forms.IMin):
             return f"tg_imin({self.bound(x.a)}, {self.bound(x.b)})"
         raise TypeError(f"no C for {type(x).__name__}")
 
