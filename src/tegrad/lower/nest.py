@@ -1,18 +1,18 @@
 """A general kernel as a loop-nest tree: what every target renders, decided once.
 
-``T[i, j] = sum_k A[i, k] B[k, j]`` (a general kernel, not a contraction, for the
-example) is, once ``lower/nest_build.py`` has made its decisions,
+``T[i, j] = sum_k A[i, k] B[k, j]`` over 512 x 32 x 16 (written as a general kernel; the
+planner would give this product to BLAS) is, once ``nest_build.py`` has decided,
 
-    Kernel k0 (args T, A, B; one output)
-      FlatLoop i0 over 64, parallel              the leading axes, one loop shared out
-        Loop i1 over [0, 32), vectorized          the other output axes, nested
-          Accumulator acc2 = 0
-          Loop r0 over [0, 16), unrolled           the reduction's own loop
-            Let t3 = A[i0 * 16 + r0]
-            Let t4 = B[r0 * 32 + i1]
-            Let t5 = t3 * t4
-            Accumulate sum acc2 += t5
-          Store T[i0 * 32 + i1] = acc2
+    Kernel k0 (arguments T, A, B; T written)
+      FlatLoop i0 over 512 (and the chunks of 64 columns), parallel
+        ColumnAccumulators: 64 of float32, each 0
+        Loop r0 over [0, 16), role column_reduce     the reduction outside the columns
+          Let t1 = A[i0 * 16 + r0]                   (free in i0 and r0: above the columns)
+          ChunkLoop i1                                the columns, vectorized
+            Let t2 = B[r0 * 32 + i1]
+            Let t3 = mul(t1, t2)
+            Accumulate sum: ColumnSlot += t3
+        StoreColumns: T[i0 * 32 + i1] for the chunk's columns
 
 The tree holds decisions, not spelling: which axes a thread shares out (``FlatLoop``),
 which loop vectorizes and over which accumulators (``Loop.vectorize``,
