@@ -289,11 +289,13 @@ class FlatLoop(Block):
 
 @dataclass(eq=False)
 class ChunkLoop(Block):
-    """A column nest's innermost loop over the columns of the current chunk, vectorized;
-    ``var`` is the column, ``lo`` plus the chunk's start plus the loop's position."""
+    """A column nest's innermost loop over the columns of the current chunk; ``var`` is
+    the column, ``lo`` plus the chunk's start plus the loop's position. Its reads are
+    contiguous: it vectorizes (``vectorize``)."""
 
     var: str = ""
     lo: int = 0
+    vectorize: bool = True
 
 
 @dataclass(eq=False)

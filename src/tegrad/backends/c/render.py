@@ -82,8 +82,8 @@ class CDialect:
         if isinstance(b, n.Loop):
             return self.loop_head(b)
         if isinstance(b, n.ChunkLoop):
-            return [self.vector_pragma(()), "for (long j = 0; j < cn; j++) {",
-                    f"  const long {b.var} = {b.lo}L + cs + j;"]
+            return [*([self.vector_pragma(())] if b.vectorize else []),
+                    "for (long j = 0; j < cn; j++) {", f"  const long {b.var} = {b.lo}L + cs + j;"]
         if isinstance(b, n.Guard):
             test = " && ".join(self.operand(c) for c in b.conds)
             return [f"if ({'!' if b.negate else ''}{test}) {{"]
