@@ -135,7 +135,7 @@ def test_softmax_backward_is_fused():
     assert forward.count("for (int r") == 2 and forward.count("reduction(+") == 1
     assert forward.count("expf(") == 1 and "row" in forward
     # the exp values go into the output's own row, which the last loop scales
-    # (codegen._row_buffers)
+    # (lower/nest_build.KernelNest._row_buffers)
     assert re.search(r"float \*row\d+ = a0 \+ i0 \* 300L;", forward)
     assert backward.count("for (int r") == 1 and backward.count("reduction(+") == 1
     assert "expf(" not in backward
@@ -312,20 +312,23 @@ def _grouped_program():  # Y1, read by Y2 at its own point only, made in Y2's lo
 
 @pytest.fixture
 def stream_small(monkeypatch):
-    """``codegen``'s limits lowered so that small kernels stream their outputs (only
-    parallel loops stage: every kernel runs parallel)."""
-    from tegrad.backends.cpu import codegen
+    """The streaming limits of ``Options`` lowered so that small kernels stream their
+    outputs (only parallel loops stage: every kernel runs parallel). ``tg.build`` does not
+    take options yet, so the environment's value is replaced."""
+    import dataclasses
 
-    for name, value in (("STREAM_BYTES", 0), ("STREAM_TRAFFIC_BYTES", 0),
-                        ("STAGE_MIN_BYTES", 64), ("PARALLEL_WORK", 0)):
-        monkeypatch.setattr(codegen, name, value)
+    from tegrad import options
+
+    lowered = dataclasses.replace(options.Options.from_environment(), stream_bytes=0,
+                                  stream_traffic_bytes=0, stage_min_bytes=64, parallel_work=0)
+    monkeypatch.setattr(options, "_READ", [lowered])
 
 
 @pytest.mark.parametrize("make", [_softmax_program, _layer_norm_program, _max_pool_program,
                                   _concatenation_program, _grouped_program])
 def test_outputs_no_kernel_reads_later_are_streamed(make, stream_small):
     """Outputs that no later kernel reads are staged per iteration of the parallel loop
-    and streamed past the caches (``codegen.KernelSource._stage``); with the size limits
+    and streamed past the caches (``lower/nest_build.KernelNest._stage``); with the size limits
     lowered, every kind of row loop does so and agrees with the NumPy backend (rows of
     4000 and 800 bytes: streams that start and end inside a cache line)."""
     inputs, outputs, streamed = make()

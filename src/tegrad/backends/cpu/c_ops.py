@@ -22,7 +22,6 @@ CTYPE = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "
 LOCAL_CTYPE = {**CTYPE, "bool": "int"}
 
 _MATH = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf", "pow")
-TRANSCENDENTAL = frozenset({*_MATH, "sigmoid"})  # library calls, for the work estimate
 
 # ``tg_stream(dst, src, n)``: ``n`` bytes copied with non-temporal stores of whole vectors
 # (past the caches, so that the line is not read first), the unaligned head and tail

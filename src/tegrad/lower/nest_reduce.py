@@ -1,67 +1,67 @@
-"""Reductions as C loops.
+"""Reductions of a loop nest: their loops, bounds, guards and shared passes.
 
 A reduction placed in a block opens one loop per axis there, with its accumulator
 declared before. A conjunct of the ``where`` that is affine in one reduce axis with
 coefficient ``c`` (``c k + R >= 0`` or ``== 0``, ``R`` over variables bound outside that
 loop) becomes a bound of its loop (``k >= ceil(-R / c)`` for ``c > 0``,
-``k <= floor(R / -c)`` for ``c < 0``): the guards of a gather-form convolution or pooling
-backward cost nothing per element. The other conjuncts test each point: branch-free
-(``acc += cond ? src : 0``) when the source is safe to evaluate anyway, else in an ``if``
-block at the loop of the last axis they use.
+``k <= floor(R / -c)`` for ``c < 0``, ``k = -c R`` for ``c = +-1`` and ``==``): the
+guards of a gather-form convolution or pooling backward cost nothing per element. The
+other conjuncts test each point: branch-free (``Accumulate.mask``) when the source is
+safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they use.
+
+A small window (at most ``Options.unroll`` points, constant bounds: a pooling's 2x2, a
+3x3 stencil) is unrolled, so that the loop around it, over outputs, vectorizes instead.
 
 Sibling reductions (the same ranges, no ``where``, placed in the same block, independent
 of each other) share one loop: a layer-norm backward reads each row once for its three
-sums. Float sums and products carry ``omp simd reduction`` clauses, so gcc vectorizes
-them without ``-ffast-math``.
+sums. The innermost loop of float sums and products, and of max/min, vectorizes with the
+accumulators carried as reductions (``Loop.simd_reductions``), which keeps the order of a
+float sum a target may reassociate only when told (no ``-ffast-math``).
 """
 
 from __future__ import annotations
 
 import math
 
-from ...ir import dtype as dt
-from ...ir.affine import linearize
-from ...ir.expr import Binary, Cast, Const, Expr, Reduce, Select, Unary, Var
-from ...ir.traverse import free_vars, substitute, walk
-from ...ir.verify import split_conjunction
-from . import c_ops
-from .blocks import Block
-from .c_ops import LOCAL_CTYPE
-from .kernel_facts import eager, reads_in_bounds
+from ..ir import dtype as dt
+from ..ir.affine import linearize
+from ..ir.expr import Binary, Expr, Reduce, Unary, Var
+from ..ir.traverse import free_vars, substitute, walk
+from ..ir.verify import split_conjunction
+from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
+from .nest_facts import eager, reads_in_bounds
+from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
+from .nest_values import ExprLowering
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
-UNROLL = 16  # reductions of at most this many points with constant bounds are unrolled
-SIMD_OPS = {"sum": "+", "prod": "*", "max": "max", "min": "min"}  # omp simd reduction ops
+SIMD_KINDS = ("sum", "prod", "max", "min")  # carried as reductions by a vectorized loop
 
 
-def _nan_flagged(e: Reduce) -> bool:
+def nan_flagged(e: Reduce) -> bool:
+    """A float max/min: NumPy's propagates NaN, kept as a flag beside the accumulator."""
     return e.combiner.kind in ("max", "min") and dt.is_float(e.dtype)
 
 
-class ReductionEmitter:
-    """The reduction half of ``codegen.KernelSource`` (which provides ``stack``,
-    ``value``, ``place``, ``bind``, ``fresh``, ``memo`` and ``reductions``)."""
+class ReduceLowering(ExprLowering):
+    """``ExprLowering`` with its reductions."""
 
-    def reduce(self, e: Reduce) -> str:
+    def reduce(self, e: Reduce) -> Ref:
         kind = e.combiner.kind
         here = self.stack[-1]
-        ctype = LOCAL_CTYPE[e.dtype]
         acc = self.fresh("acc")
         shadowed = {a: self.vars.get(a) for a in e.axes}  # a nested reduction may reuse an axis
         names = {a: self.bind(a, "r") for a in e.axes}
         bounds, rest = self.loop_bounds(e, names)
         if kind in ("argmax", "argmin"):
-            src_type = LOCAL_CTYPE[e.source.dtype]
             start = e.axes[0].lo if len(e.axes) == 1 else 0
-            here.items.append(f"{ctype} {acc} = {start}; {src_type} {acc}_best = 0; "
-                              f"int {acc}_found = 0;")
+            here.items.append(ArgAccumulator(acc, e.dtype, e.source.dtype, start))
         else:
-            self.declare(e, acc, here)
+            here.items.append(accumulator(e, acc))
         siblings = self.siblings(e)
         self.emitting.update([e, *siblings])  # not a sibling of anything they contain
         for r in siblings:
             siblings[r] = self.fresh("acc")
-            self.declare(r, siblings[r], here)
+            here.items.append(accumulator(r, siblings[r]))
         deepest = {}  # conjunct -> position of the last own axis it uses (-1: none)
         for c in rest:
             used = [k for k, a in enumerate(e.axes) if a in free_vars(c)]
@@ -69,65 +69,56 @@ class ReductionEmitter:
         last = len(e.axes) - 1
         predicate = (kind in ("sum", "prod", "max", "min") and eager(e.source)
                      and all(eager(c) for c in rest))
-        opened = []
+        opened: list[Block] = []
 
         def guard(conds):
             if not conds:
                 return
-            test = " && ".join(self.value(c) for c in conds)
-            block = Block(barrier=True, head=[f"if ({test}) {{"])
+            block = Guard(conds=tuple(self.value(c) for c in conds))
             self.stack.append(block)
             opened.append(block)
 
         guard([c for c in rest if deepest[c] == -1])
-        # a small window (a pooling's 2x2, a 3x3 stencil) is unrolled, so that the loop
-        # around it (over outputs) vectorizes instead of this one
-        unroll = (not rest and math.prod(a.extent for a in e.axes) <= UNROLL
-                  and all(bounds[a] == (str(a.lo), str(a.lo + a.extent)) for a in e.axes))
+        unroll = (not rest and math.prod(a.extent for a in e.axes) <= self.options.unroll
+                  and all(bounds[a] == (a.lo, a.lo + a.extent) for a in e.axes))
         for k, a in enumerate(e.axes):
             lo, hi = bounds[a]
-            name = names[a]
-            head = [f"#pragma GCC unroll {UNROLL}"] if unroll else []
-            block = Block(frozenset((a,)), head=[
-                *head, f"for (int {name} = {lo}; {name} < {hi}; {name}++) {{"], loop=True,
-                unrolled=unroll)
+            block = Loop(frozenset((a,)), loop=True, unrolled=unroll, var=names[a], lo=lo,
+                         hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0)
             self.stack.append(block)
             opened.append(block)
             if k < last or not predicate:
                 guard([c for c in rest if deepest[c] == k])
         inner = self.stack[-1]
         src = self.value(e.source)
-        mask = [self.value(c) for c in rest if deepest[c] == last] if predicate else []
-        inner.items.append(self.combine(e, acc, src, " && ".join(mask), names, flag=True))
+        mask = tuple(self.value(c) for c in rest if deepest[c] == last) if predicate else ()
+        inner.items.append(accumulate(e, Ref(acc), src, mask, names, flag=True))
         for r, r_acc in siblings.items():
             r_src = self.value(substitute(r.source, dict(zip(r.axes, e.axes, strict=True))))
-            inner.items.append(self.combine(r, r_acc, r_src, "", names, flag=True))
+            inner.items.append(accumulate(r, Ref(r_acc), r_src, (), names, flag=True))
         innermost_loop = opened[-1] if opened and opened[-1].loop else None
         for block in reversed(opened):
             self.stack.pop()
             self.stack[-1].items.append(block)
         accumulators = [(e, acc), *((r, a) for r, a in siblings.items())]
         for r, r_acc in accumulators:
-            if _nan_flagged(r):
-                here.items.append(f"if ({r_acc}_nan) {r_acc} = NAN;")
+            if nan_flagged(r):
+                here.items.append(RestoreNaN(r_acc))
         for r, r_acc in siblings.items():
-            self.memo[r] = (r_acc, here)
+            self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
                 and not self.has_check
-                and all(r.combiner.kind in SIMD_OPS and (dt.is_float(r.dtype) or r.combiner.kind
-                                                         in ("max", "min"))
+                and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
+                                                           in ("max", "min"))
                         for r, _ in accumulators)):
-            clauses = []
-            for r, a in accumulators:
-                clauses.append(f"reduction({SIMD_OPS[r.combiner.kind]}:{a})")
-                if _nan_flagged(r):
-                    clauses.append(f"reduction(|:{a}_nan)")
-            innermost_loop.head.insert(0, f"#pragma omp simd {' '.join(clauses)}")
+            innermost_loop.vectorize = True
+            innermost_loop.simd_reductions = tuple(
+                (r.combiner.kind, a, nan_flagged(r)) for r, a in accumulators)
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old
         self.emitting.difference_update([e, *siblings])
-        return acc
+        return Ref(acc)
 
     def siblings(self, e: Reduce) -> dict:
         """Other reductions of the body over the same ranges, with no ``where``, placed in
@@ -159,8 +150,9 @@ class ReductionEmitter:
         return found
 
     def loop_bounds(self, e: Reduce, names: dict):
-        """Per axis ``(lo, hi)`` C expressions (half-open), and the conjuncts left over."""
-        bounds = {a: [str(a.lo), str(a.lo + a.extent)] for a in e.axes}
+        """Per axis ``(lo, hi)`` (half-open; ints or ``nest`` integer forms), and the
+        conjuncts left over."""
+        bounds = {a: [a.lo, a.lo + a.extent] for a in e.axes}
         rest = []
         conds = split_conjunction(e.where) if e.where is not None else []
         for c in conds:
@@ -188,62 +180,36 @@ class ReductionEmitter:
                 rest.append(c)
                 continue
             for a, coef, others, k, kind in sides:
-                r = " + ".join([f"{c} * {names.get(v) or self.var(v)}" for v, c in
-                                others.items()] + [f"{k}L"])
+                r = Affine(tuple((c, names.get(v) or self.var(v)) for v, c in others.items()), k)
                 lo, hi = bounds[a]
                 if kind == "eq":  # coef * a + R == 0, coef = +-1
-                    point = f"({-coef}L * ({r}))"
-                    bounds[a] = [f"tg_imax({lo}, {point})", f"tg_imin({hi}, {point} + 1)"]
+                    point = Scaled(-coef, r)
+                    bounds[a] = [IMax(lo, point), IMin(hi, Next(point))]
                 elif coef > 0:  # a >= ceil(-R / coef)
-                    bounds[a] = [f"tg_imax({lo}, tg_cdiv(-({r}), {coef}L))", hi]
+                    bounds[a] = [IMax(lo, CeilDiv(Negated(r), coef)), hi]
                 else:  # a <= floor(R / -coef)
-                    bounds[a] = [lo, f"tg_imin({hi}, tg_fdiv({r}, {-coef}L) + 1)"]
+                    bounds[a] = [lo, IMin(hi, Next(FloorDiv(r, -coef)))]
         return {a: tuple(b) for a, b in bounds.items()}, rest
 
     def _bound(self, v) -> bool:
         return isinstance(v, Var) and v in self.vars and any(v in b.binds for b in self.stack)
 
-    def declare(self, e: Reduce, acc: str, block: Block) -> None:
-        identity = c_ops.literal(e.combiner.identity_value(e.dtype), e.dtype)
-        block.items.append(f"{LOCAL_CTYPE[e.dtype]} {acc} = {identity};")
-        if _nan_flagged(e):
-            block.items.append(f"int {acc}_nan = 0;")
 
-    def combine(self, e: Reduce, acc: str, src: str, mask: str, names: dict,
-                flag: bool = False) -> str:
-        """The statement folding ``src`` into ``acc``. ``flag``: a float max/min keeps a
-        NaN flag (``acc_nan``) beside a plain compare, which vectorizes as an ``omp simd``
-        max reduction; the caller sets ``acc`` to NaN after the loop if the flag is up
-        (NumPy's max propagates NaN). Without it the compare itself propagates NaN."""
-        kind = e.combiner.kind
-        if kind == "sum":
-            return f"{acc} += {f'{mask} ? {src} : 0' if mask else src};"
-        if kind == "prod":
-            return f"{acc} *= {f'{mask} ? {src} : 1' if mask else src};"
-        if kind in ("max", "min") and flag and _nan_flagged(e):
-            cmp = ">" if kind == "max" else "<"
-            new = f"({acc} {cmp} {src} ? {acc} : {src})"
-            nan = f"({mask}) && {src} != {src}" if mask else f"{src} != {src}"
-            return (f"{acc} = {f'{mask} ? {new} : {acc}' if mask else new}; "
-                    f"{acc}_nan |= {nan};")
-        if kind in ("max", "min"):
-            new = c_ops.binary(kind, acc, src, e.dtype, e.dtype)
-            return f"{acc} = {f'{mask} ? {new} : {acc}' if mask else new};"
-        if kind in ("argmax", "argmin"):
-            worse = "<=" if kind == "argmax" else ">="
-            if len(e.axes) == 1:
-                pos = names[e.axes[0]]
-            else:
-                pos = "0"
-                for a in e.axes:
-                    pos = f"({pos}) * {a.extent}L + ({names[a]} - {a.lo}L)"
-            return (f"if (!{acc}_found || ({acc}_best == {acc}_best && !({src} {worse} "
-                    f"{acc}_best))) {{ {acc}_best = {src}; {acc} = {pos}; {acc}_found = 1; }}")
-        if kind == "custom":
-            c = e.combiner
-            new = inline_combiner(c.combine, {c.lhs: acc, c.rhs: src})
-            return f"{acc} = {new};"
-        raise NotImplementedError(f"reduction {kind} in the C backend")
+def accumulator(e: Reduce, name: str) -> Accumulator:
+    return Accumulator(name, e.dtype, Lit(e.combiner.identity_value(e.dtype), e.dtype),
+                       nan_flagged(e))
+
+
+def accumulate(e: Reduce, acc, src, mask: tuple, names: dict, flag: bool = False) -> Accumulate:
+    """The step folding ``src`` into ``acc`` where ``mask`` holds. ``flag``: a float
+    max/min keeps a NaN flag beside a plain compare (``Accumulate.flag``)."""
+    kind = e.combiner.kind
+    if kind not in ("sum", "prod", "max", "min", "argmax", "argmin", "custom"):
+        raise NotImplementedError(f"reduction {kind} in the loop-nest tree")
+    position = tuple((names[a], a.extent, a.lo) for a in e.axes) if kind in (
+        "argmax", "argmin") else ()
+    return Accumulate(kind, acc, src, e.dtype, mask, flag and nan_flagged(e), position,
+                      e.combiner if kind == "custom" else None)
 
 
 def affine_bound(c: Expr):
@@ -277,23 +243,3 @@ def _difference(a: Expr, b: Expr, k: int):
     if not coeffs or not all(isinstance(v, Var) for v in coeffs):
         return None
     return coeffs, ka - kb + k
-
-
-def inline_combiner(e: Expr, env: dict) -> str:
-    """A combiner's expression of its two parameters, as one C expression."""
-    if isinstance(e, Var):
-        return env[e]
-    if isinstance(e, Const):
-        return c_ops.literal(e.value, e.dtype)
-    if isinstance(e, Unary):
-        return c_ops.unary(e.op, inline_combiner(e.a, env), e.dtype if e.op != "not" else "bool")
-    if isinstance(e, Binary):
-        operand = dt.promote(e.a.dtype, e.b.dtype)
-        a, b = inline_combiner(e.a, env), inline_combiner(e.b, env)
-        return c_ops.binary(e.op, a, b, e.dtype, operand)
-    if isinstance(e, Cast):
-        return c_ops.cast(inline_combiner(e.a, env), e.dtype)
-    if isinstance(e, Select):
-        cond, a, b = (inline_combiner(x, env) for x in (e.cond, e.a, e.b))
-        return f"({cond} ? {a} : {b})"
-    raise NotImplementedError(f"custom reducer with {type(e).__name__} in the C backend")

@@ -15,7 +15,7 @@ and ``e(k)``): the largest first, then each part whose twin the output body stil
 outside the kept ones. The buffer lives in the block where ``R`` is computed (per
 thread, inside the parallel loop), which encloses the output loop, and ``R`` is always
 computed before that loop runs. The first buffer of the output's dtype is the output's own
-row where that block knows it (``codegen._row_buffers``). Conditions, so that every
+row where that block knows it (``nest_build.KernelNest._row_buffers``). Conditions, so that every
 element is written before it is read: ``R`` depends on output variables only (not on
 another reduction's), outside every guarded branch, and ``E`` depends on ``k`` and on
 variables bound around ``R``.
@@ -23,17 +23,17 @@ variables bound around ``R``.
 
 from __future__ import annotations
 
-from ...ir.expr import Binary, Expr, Reduce, Select, Unary
-from ...ir.traverse import children, free_vars, substitute, walk
-from .kernel_facts import eager
+from ..ir.expr import Binary, Expr, Reduce, Select, Unary
+from ..ir.traverse import children, free_vars, substitute, walk
+from .nest_facts import eager
 
 EXPENSIVE = {"exp", "log", "log1p", "expm1", "tanh", "sigmoid", "sin", "cos", "erf"}
 MAX_ROW = 8192  # elements of one row buffer (on the stack)
-MAX_BUFFERS = 4
 
 
-def row_caches(body: Expr, axes, shape) -> list[tuple[Expr, Expr, Reduce]]:
-    """``(E(k), E(j), R)`` triples for ``body`` with output ``axes`` (``j`` the last)."""
+def row_caches(body: Expr, axes, shape, buffers: int) -> list[tuple[Expr, Expr, Reduce]]:
+    """``(E(k), E(j), R)`` triples for ``body`` with output ``axes`` (``j`` the last), at
+    most ``buffers`` (``Options.row_cache_buffers``) twins kept."""
     if len(axes) < 2 or not 0 < shape[-1] <= MAX_ROW:
         return []
     j, n = axes[-1], shape[-1]
@@ -59,7 +59,7 @@ def row_caches(body: Expr, axes, shape) -> list[tuple[Expr, Expr, Reduce]]:
                    key=lambda p: -len(set(walk(p[0]))))
     kept: set = set()  # the twins given a buffer
     for _, twin, _ in pairs:
-        if len(kept) == MAX_BUFFERS:
+        if len(kept) == buffers:
             break
         if twin not in kept and twin in _reached(body, kept):
             kept.add(twin)

@@ -1,0 +1,1 @@
+"""C-like renderers of the loop-nest tree (``lower/nest.py``): a dialect per target."""

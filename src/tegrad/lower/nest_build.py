@@ -1,0 +1,348 @@
+"""A general kernel's loop-nest tree (``nest.py``): every loop decision, for every target.
+
+``T[i, j] = body`` becomes
+
+    FlatLoop (i)          outer axes merged until there are ``THREAD_CHUNKS`` iterations,
+      <what depends on i>   shared out over threads when the work is ``parallel_work``
+      Loop j                or more (points x ``nest_facts.work_per_point``)
+        <what depends on j>  Store T[i, j]
+
+with every value placed by code motion (``nest_values.py``) and every reduction's loops
+where it is placed (``nest_reduce.py``). The shapes other than this row nest:
+
+**Column order.** A compute that is a reduction along the outer dimension of reads
+contiguous in its last axis (a weight gradient ``dW[d] = sum_n dY[n, d] X[n, d]``) puts
+the reduce loops outside that axis, over chunks of ``COLUMN_CHUNK`` accumulators
+(``_column_nest``, ``nest_facts.column_order``).
+
+**Regions.** Guards that bound the last axis alone (a concatenation's gradient reads one
+part per range of columns) split its loop into one loop per range, each over the body
+with those guards folded (``nest_facts.regions``, at most ``Options.max_regions``).
+
+**Residue classes.** Axes read under ``// n`` (a max pool's gradient reads its window's
+maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
+residue class (``lower/residue.unrolled_axes``): the window's values are shared.
+
+**Row caches.** An expensive value a row reduction computes and the output loop needs
+again is kept in a row buffer (``row_cache.py``, ``_row_buffers``).
+
+**Grouped outputs.** Tensors ``also`` written at the same point (``grouping.py``) are
+stored beside the output; column sums ``columns`` are added per thread into partial rows,
+combined in thread order after the loop (deterministic for a thread count).
+
+**Streaming stores.** A store to a line the cache does not hold first reads that line
+from memory. An output that no later kernel of the program reads (``stream``), of
+``Options.stream_bytes`` or more, written by a kernel that moves
+``Options.stream_traffic_bytes`` or more in all (so its arrays cannot stay cached from one
+call to the next), is staged per iteration of the parallel loop and then written past the
+caches (``_stage``): a layer norm's gradient reads ``dY`` and ``X`` and writes ``dX``, so
+moves 4 row streams with plain stores and 3 with these. Below the traffic limit the
+arrays stay cached and streaming them out only costs; ``benchmarks/bench_ab.py --knob
+stream`` measures both sides.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.expr import Expr, Reduce
+from ..ir.tensor import Compute
+from ..ir.traverse import free_vars, tensors_read, walk
+from ..options import Options
+from .nest import (
+    AddPartial,
+    Block,
+    ChunkLoop,
+    ClosePartials,
+    ColumnAccumulators,
+    ColumnSlot,
+    CombinePartials,
+    FlatLoop,
+    Kernel,
+    Loop,
+    OpenPartials,
+    PartialRow,
+    RowBuffer,
+    Stage,
+    Store,
+    StoreColumns,
+    StreamOut,
+)
+from .nest_facts import column_order, regions, specialized, unshadow, work_per_point
+from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
+from .nest_reduce import ReduceLowering, accumulate
+from .residue import unrolled_axes, unrolled_bodies
+from .row_cache import row_caches
+
+THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
+COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
+COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
+STAGE_BYTES = 16 << 10  # an iteration's part of a streamed output, staged: at most
+
+
+def kernel_nest(t: Compute, body_of: Compute, name: str, also: tuple = (), columns: tuple = (),
+                stream: frozenset = frozenset(), options: Options | None = None) -> Kernel:
+    """The loop nest of the kernel ``name`` computing ``t`` (its body: ``body_of``'s);
+    ``also``: ``(tensor, body over body_of's axes)`` also written, ``columns``: ``(tensor,
+    summand over body_of's axes)`` summed over every axis but the last (``grouping.py``);
+    ``stream``: outputs no later kernel reads."""
+    return KernelNest(t, body_of, name, also, columns, stream,
+                      options or Options.from_environment()).kernel
+
+
+class KernelNest(ReduceLowering):
+    """The pass building one kernel's nest (``kernel_nest``)."""
+
+    def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple, columns: tuple,
+                 stream: frozenset, options: Options):
+        extra = (*also, *columns)
+        args: list = [t, *(u for u, _ in extra)]  # outputs first, then each tensor read
+        for r in [*tensors_read(body_of.body), *(r for _, b in extra for r in tensors_read(b))]:
+            if r not in args:
+                args.append(r)
+        super().__init__(t, args, options)
+        self.name = name
+        self.also = also
+        self.columns = columns
+        self.stream = stream
+        self.outputs = 1 + len(extra)
+        self.kernel = self._function(body_of)
+
+    def _function(self, body_of: Compute) -> Kernel:
+        shape = self.tensor.shape
+        axes = body_of.axes
+        size = math.prod(shape)
+        parallel = size * work_per_point(body_of.body) >= self.options.parallel_work and size > 1
+        body = unshadow(body_of.body, frozenset(axes))
+        self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
+        split = (regions(body, axes[0], shape[0], self.options.max_regions)
+                 if len(axes) == 1 else None)
+        if split:  # one loop nest per range (``_region_loops`` for the last of 2+ axes)
+            for v, part in self._parts(body, axes[0], split):
+                self._nest(part, [v], [v.extent], parallel)
+        else:
+            if self.columns:  # (grouping.py: only kernels of 2+ axes)
+                self._open_partials(shape[-1])
+            self._nest(body, axes, shape, parallel)
+            if self.columns:
+                self._close_partials(shape[-1])
+        return Kernel(self.name, self.args, self.outputs, self.root, self.gathers)
+
+    def _nest(self, body: Expr, axes, shape, parallel: bool) -> None:
+        if column_order(body, axes, shape):
+            self._column_nest(body, axes, shape, parallel)
+        else:
+            self._row_nest(body, axes, shape, parallel)
+
+    def _parts(self, body: Expr, v, split: list) -> list:
+        """``(variable over the range, body there)`` per range of ``split``; the
+        reductions of every part are candidates for sharing a loop (``siblings``)."""
+        parts = [specialized(body, v, lo, hi) for lo, hi in split]
+        for _, part in parts:
+            self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
+        return parts
+
+    # loops --------------------------------------------------------------------------------
+
+    def _merged_loop(self, axes, shape, parallel: bool, chunks: int = 0,
+                     columns: int = 0) -> FlatLoop:
+        """One loop over the leading ``axes`` (and ``chunks`` column chunks after them)."""
+        names = [self.bind(v, "i") for v in axes]
+        return FlatLoop(frozenset(axes), loop=True, parallel=parallel,
+                        vars=tuple(zip(names, shape, (v.lo for v in axes), strict=True)),
+                        chunks=chunks, chunk=COLUMN_CHUNK if chunks else 0, columns=columns)
+
+    def _row_loops(self, axes, shape, parallel: bool) -> list[Block]:
+        """The loops over ``axes``: the leading ones merged (until there are
+        ``THREAD_CHUNKS`` iterations to share out), the rest nested."""
+        merged = 0
+        if shape:
+            merged, count = 1, shape[0]
+            while merged < len(shape) - 1 and count < THREAD_CHUNKS:
+                count *= shape[merged]
+                merged += 1
+        blocks: list[Block] = []
+        if merged:
+            blocks.append(self._merged_loop(axes[:merged], shape[:merged], parallel))
+            for v, n in zip(axes[merged:], shape[merged:], strict=True):
+                blocks.append(Loop(frozenset((v,)), loop=True, var=self.bind(v, "i"),
+                                   lo=v.lo, hi=v.lo + n))
+        return blocks
+
+    def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
+        """Output axes outermost, in order; the body evaluated at each point."""
+        residues = unrolled_axes(body, axes) if len(axes) > 1 else {}
+        if residues:
+            self._residue_nest(body, axes, shape, parallel, residues)
+            return
+        blocks = self._row_loops(axes, shape, parallel)
+        split = (regions(body, axes[-1], shape[-1], self.options.max_regions)
+                 if len(blocks) > 1 else None)
+        if split:
+            self._region_loops(body, axes, shape, blocks[:-1], split)
+            return
+        self.stack.extend(blocks)
+        if len(blocks) > 1:
+            self._row_buffers(body, axes, shape, blocks)
+        value = self.value(body)
+        flat = _row_index(self, axes, shape)
+        self.stack[-1].items.append(Store(0, flat, value))
+        for tensor, other in self.also:  # the same point of the grouped kernels' arrays
+            other = unshadow(other, frozenset(axes))
+            self.stack[-1].items.append(Store(self.arg(tensor), flat, self.value(other)))
+        for m, (tensor, summand) in enumerate(self.columns):  # this thread's column sums
+            blocks[0].items.insert(0, PartialRow(m, tensor.dtype, len(self.columns),
+                                                 self.partial_stride))
+            summand = unshadow(summand, frozenset(axes))
+            index = Ref(self.var(axes[-1]))
+            self.stack[-1].items.append(AddPartial(m, index, self.value(summand)))
+        innermost = self.stack[-1]
+        self.close(blocks)
+        if len(blocks) > 1 and innermost.straight() and not self.has_check:
+            innermost.vectorize = True
+        if blocks:
+            self._stage(blocks[0], shape, len(self.also))
+
+    def _residue_nest(self, body: Expr, axes, shape, parallel: bool, residues: dict) -> None:
+        """Axes used under ``// n`` (``lower.residue.unrolled_axes``) looped over their
+        quotients ``q``, the body written out once per combination of residues ``a``
+        (``v = n q + a``) in the innermost loop: what the copies share (a pooling window's
+        maximum, its gradient's value) is computed once per window."""
+        loop, bodies = unrolled_bodies(body, axes, residues)
+        blocks = self._row_loops(loop, [v.extent for v in loop], parallel)
+        self.stack.extend(blocks)
+        for index, part in bodies:
+            value = self.value(part)
+            flat = ResidueIndex(tuple(
+                (tuple((c, self.var(v)) for v, c in coeffs.items()), k, math.prod(shape[m + 1:]))
+                for m, (coeffs, k) in enumerate(index)))
+            self.stack[-1].items.append(Store(0, flat, value))
+        self.close(blocks)
+        if not any(v in residues for v in axes[:len(blocks[0].binds)]):
+            self._stage(blocks[0], shape, 0)
+
+    def _region_loops(self, body: Expr, axes, shape, outer: list, split: list) -> None:
+        """The last axis as one loop per range of ``nest_facts.regions``, each over the
+        body with the guards that are constant on it folded (branch-free: vectorized);
+        what does not depend on that axis is computed once, above them."""
+        self.stack.extend(outer)
+        for v, part in self._parts(body, axes[-1], split):
+            loop = Loop(frozenset((v,)), loop=True, var=self.bind(v, "i"), lo=v.lo,
+                        hi=v.lo + v.extent)
+            self.stack.append(loop)
+            value = self.value(part)
+            loop.items.append(Store(0, _row_index(self, [*axes[:-1], v], shape), value))
+            self.close([loop])
+            if loop.straight() and not self.has_check:
+                loop.vectorize = True
+        self.close(outer)
+        self._stage(outer[0], shape, 0)
+
+    def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
+        """A reduction along the outer dimension of its reads (``dW[d] = sum_n dY[n, d]
+        X[n, d]``): the reduce loops outside, the last output axis innermost over a chunk of
+        ``COLUMN_CHUNK`` accumulators, so that every read is contiguous and vectorized."""
+        n = shape[-1]
+        outer = self._merged_loop(axes[:-1], shape[:-1], parallel, -(-n // COLUMN_CHUNK), n)
+        identity = Lit(body.combiner.identity_value(body.dtype), body.dtype)
+        outer.items.append(ColumnAccumulators(body.dtype, identity, COLUMN_CHUNK))
+        self.stack.append(outer)
+        names = {a: self.bind(a, "r") for a in body.axes}
+        blocks: list[Block] = [
+            Loop(frozenset((a,)), loop=True, var=names[a], lo=a.lo, hi=a.lo + a.extent,
+                 role="column_reduce") for a in body.axes]
+        last = self.bind(axes[-1], "i")
+        blocks.append(ChunkLoop(frozenset((axes[-1],)), loop=True, var=last, lo=axes[-1].lo))
+        self.stack.extend(blocks)
+        src = self.value(body.source)
+        self.stack[-1].items.append(accumulate(body, ColumnSlot(), src, (), names))
+        self.close(blocks)
+        outer.items.append(StoreColumns(_row_index(self, axes[:-1], shape), axes[-1].lo))
+        self.close([outer])
+
+    # column sums, row caches, streamed outputs --------------------------------------------
+
+    def _open_partials(self, n: int) -> None:
+        """The column sums' partial sums: per thread, one zeroed row of ``n`` per column
+        sum, ``COLUMN_PAD`` bytes apart (a row read right after a store to the output at
+        the same address modulo 4 KiB waits for that store, "4K aliasing": the renderer
+        places the rows off the output's alignment)."""
+        width = max(n * (8 if t.dtype == "float64" else 4) for t, _ in self.columns) + COLUMN_PAD
+        self.partial_stride = width = -(-width // 64) * 64
+        self.root.items.append(OpenPartials(len(self.columns), width))
+
+    def _close_partials(self, n: int) -> None:
+        """Each column sum: its threads' partial sums added in thread order."""
+        for m, (tensor, _) in enumerate(self.columns):
+            self.root.items.append(CombinePartials(m, self.arg(tensor), tensor.dtype, n,
+                                                   len(self.columns), self.partial_stride))
+        self.root.items.append(ClosePartials())
+
+    def _stage(self, merged: FlatLoop, shape, also: int) -> None:
+        """Outputs ``0`` .. ``also`` that no later kernel reads (``stream``), large enough
+        (module header), written past the caches: each iteration ``f`` of the parallel
+        loop ``merged`` (over the leading axes it binds) writes its part of the output,
+        ``span`` elements from ``f * span``, into a buffer of its own (``Stage``: the body
+        and its row caches unchanged), then streams the buffer out (``StreamOut``)."""
+        if not merged.parallel:
+            return
+        if any(v.lo for v in merged.binds):  # (a region's variable: an offset loop)
+            return
+        itemsize = {a: np.dtype(a.dtype).itemsize for a in self.args}
+        if sum(a.size * itemsize[a] for a in self.args) < self.options.stream_traffic_bytes:
+            return
+        span = math.prod(shape[len(merged.binds):])
+        for k, t in enumerate(self.args[:1 + also]):
+            size = itemsize[t]
+            if (t not in self.stream or t.size * size < self.options.stream_bytes
+                    or not self.options.stage_min_bytes <= span * size <= STAGE_BYTES):
+                continue
+            merged.stages.append(Stage(k, t.dtype, span))
+            merged.items.append(StreamOut(k, span * size))
+
+    def _row_buffers(self, body: Expr, axes, shape, blocks: list) -> None:
+        """Declare the row caches of ``row_cache.py`` where their reductions go, and emit
+        those reductions first: a buffer is read only if some loop has written it (a
+        reduction fused into a sibling's loop writes through the sibling's variable).
+
+        The first buffer of the output's dtype whose block knows the row is the output's
+        own row: the reduction writes ``E(k)`` there, and the output loop reads ``E(j)``
+        back before it writes element ``j`` (a softmax: ``exp`` into ``Y``'s row, then
+        ``Y[j] = Y[j] * (1 / s)``), which saves a buffer's traffic. Divisions are not
+        turned into multiplications here, which would change their last bit from
+        NumPy's; softmax multiplies by the reciprocal because its definition does
+        (``nn/softmax.py``)."""
+        found = row_caches(body, axes, shape, self.options.row_cache_buffers)
+        homes: dict = {}
+        row_start = _row_index(self, axes[:-1], shape) if len(axes) > 1 else None
+        for e, twin, r in found:
+            fv = free_vars(r)
+            home = next((b for b in reversed(blocks) if b.binds & fv), self.root)
+            if twin not in self.cache_read:
+                buffer = self.fresh("row")
+                bound = set().union(*(b.binds for b in blocks[:_index(blocks, home) + 1]))
+                if (row_start and e.dtype == self.tensor.dtype
+                        and set(axes[:-1]) <= bound):  # the output's own row (see above)
+                    home.items.insert(0, RowBuffer(buffer, e.dtype, shape[-1], row_start))
+                    row_start = None
+                else:
+                    home.items.insert(0, RowBuffer(buffer, e.dtype, shape[-1]))
+                self.cache_read[twin] = (buffer, axes[-1])
+                homes[buffer] = home
+            buffer = self.cache_read[twin][0]
+            if homes[buffer] is home:  # written in the block it is declared in
+                self.cache_write[e] = (buffer, r.axes[0])
+        for r in dict.fromkeys(r for _, _, r in found):
+            self.value(r)
+
+
+def _row_index(nest: KernelNest, axes, shape) -> RowIndex:
+    """The offset in a row-major array of ``shape`` of the point at the bound ``axes``
+    (its leading dimensions)."""
+    return RowIndex(tuple((nest.var(v), math.prod(shape[k + 1:])) for k, v in enumerate(axes)))
+
+
+def _index(blocks: list, block) -> int:
+    return next((k for k, b in enumerate(blocks) if b is block), -1)

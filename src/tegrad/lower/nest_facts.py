@@ -1,0 +1,212 @@
+"""What the loop-nest pass (``nest_build.py``) asks of an expression before placing it.
+
+``unshadow``         fresh axes for a reduction that rebinds a variable bound around it
+``eager``            may be evaluated unguarded (no reduction, every read in bounds)
+``reads_in_bounds``  every affine read stays in its tensor over its variables' ranges
+``column_order``     a reduction along the outer dimension of contiguous reads
+``regions``          ranges of the last axis on which every guard on it is constant
+``specialized``      the body on one such range, its guards folded
+``work_per_point``   the parallel-work estimate of one output point
+
+These are facts of the expression, not of a target: a GPU target asks the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir.affine import linearize, single_bound
+from ..ir.bounds import interval, is_pure_index
+from ..ir.expr import (
+    Binary,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    conjunction,
+    select,
+    split_conjunction,
+)
+from ..ir.traverse import (
+    children,
+    substitute,
+    transform,
+    walk,
+    with_children,
+    with_fresh_axes,
+)
+from ..options import Options
+from ..simplify.pipeline import merge_nested_sums
+from .cost import reduction_width
+
+
+def unshadow(e: Expr, bound: frozenset) -> Expr:
+    """``e`` with every reduction that rebinds a variable already bound around it (the
+    same axis object reused by a nested reduction, which inlining produces) given fresh
+    axes, so that each variable names one loop."""
+    memo: dict = {}
+
+    def go(x: Expr, bound: frozenset) -> Expr:
+        key = (x, bound)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit
+        if isinstance(x, Reduce):
+            if bound & frozenset(x.axes):
+                x = with_fresh_axes(x)
+            inner = bound | frozenset(x.axes)
+            out = with_children(x, tuple(go(c, inner) for c in children(x)))
+        elif isinstance(x, Var | Const):
+            out = x
+        else:
+            out = with_children(x, tuple(go(c, bound) for c in children(x)))
+        memo[key] = out
+        return out
+
+    return go(e, bound)
+
+
+def column_order(body: Expr, axes, shape) -> bool:
+    """True for a sum/prod/max/min over the outer dimension of reads that are contiguous
+    along the last output axis: the reduce loops then go outside it (``_column_nest``)."""
+    if not (isinstance(body, Reduce) and body.combiner.kind in ("sum", "prod", "max", "min")
+            and body.where is None and axes and shape[-1] >= 8 and eager(body.source)):
+        return False
+    last, inner = axes[-1], body.axes[-1]
+    both = False  # the reads that vary along both decide (per-row statistics do not)
+    for x in walk(body.source):
+        if not isinstance(x, Read) or not x.indices:
+            continue
+        strides = {}
+        for m, index in enumerate(x.indices):
+            coeffs, _ = linearize(index)
+            step = math.prod(x.tensor.shape[m + 1:])
+            for v, c in coeffs.items():
+                strides[v] = strides.get(v, 0) + c * step
+        if strides.get(last) and strides.get(inner):
+            if strides[last] != 1:
+                return False
+            both = True
+    return both
+
+
+def eager(e: Expr) -> bool:
+    """True when ``e`` may be evaluated whatever guards it sits under: no reduction, and
+    every read in bounds over the full ranges of its variables."""
+    return not any(isinstance(x, Reduce) for x in walk(e)) and reads_in_bounds(e)
+
+
+def reads_in_bounds(e: Expr) -> bool:
+    for x in walk(e):
+        if isinstance(x, Read):
+            for index, dim in zip(x.indices, x.tensor.shape, strict=True):
+                if not is_pure_index(index) or not index_in_bounds(index, dim):
+                    return False
+    return True
+
+
+def index_in_bounds(index: Expr, n: int) -> bool:
+    """Whether an index expression stays in ``[0, n)`` over its variables' ranges."""
+    iv = interval(index)
+    return iv is not None and iv[0] is not None and iv[1] is not None and 0 <= iv[0] \
+        and iv[1] < n
+
+
+def regions(body: Expr, v: Var, n: int,
+            max_regions: int | None = None) -> list[tuple[int, int]] | None:
+    """Ranges ``[lo, hi)`` covering ``[0, n)`` of the variable ``v`` (an output axis) on
+    which every ``select`` condition that bounds ``v`` alone is constant; None when there
+    is only one, or ``max_regions`` or more (``Options.max_regions``; None: the
+    environment's, for ``backends/cpu/grouping.py``'s call, which has no options yet). A
+    concatenation's gradient ``select(j < 256, dA[i, j], 0) + select(256 <= j, dB[i, j -
+    256], 0)`` then runs as one branch-free loop per part."""
+    if max_regions is None:
+        max_regions = Options.from_environment().max_regions
+    cuts = set()
+    for x in walk(body):
+        if isinstance(x, Select):
+            for c in split_conjunction(x.cond):
+                bound = _single_bound(c, v)
+                if bound is not None and 0 < bound < n:
+                    cuts.add(bound)
+    if not cuts or len(cuts) >= max_regions:
+        return None
+    edges = [0, *sorted(cuts), n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _single_bound(c: Expr, v: Var) -> int | None:
+    """The first value where the truth of ``c`` changes along ``v``, when ``c`` is an
+    inequality in ``v`` alone, ``m v + k >= 0``: it holds from ``ceil(-k / m)`` on
+    (``m > 0``) or up to ``floor(k / -m)``."""
+    bound = single_bound(c)
+    if bound is None or bound[0] is not v:
+        return None
+    _, m, k = bound
+    return -(k // m) if m > 0 else k // -m + 1
+
+
+def specialized(body: Expr, v: Var, lo: int, hi: int) -> tuple[Var, Expr]:
+    """A variable ranging over ``[lo, hi)`` and ``body`` with it for ``v``, every
+    ``select`` condition that is constant on that range folded away (and the zeros of the
+    branches dropped; a sum of a sum then becomes one sum over both axes, which a
+    column-order nest takes)."""
+    w = Var.fresh(v.name, lo, hi - lo)
+
+    def fold(e: Expr) -> Expr | None:
+        if isinstance(e, Binary) and e.op == "add":  # a folded branch's zero
+            if _is_zero(e.a) and e.b.dtype == e.dtype:
+                return e.b
+            if _is_zero(e.b) and e.a.dtype == e.dtype:
+                return e.a
+        if not isinstance(e, Select):
+            return None
+        kept = []
+        for c in split_conjunction(e.cond):
+            truth = _constant_truth(c)
+            if truth is False:
+                return e.b
+            if truth is None:
+                kept.append(c)
+        if not kept:
+            return e.a
+        return None if len(kept) == len(split_conjunction(e.cond)) else select(
+            conjunction(kept), e.a, e.b)
+
+    part = transform(substitute(body, {v: w}), fold)
+    merged = merge_nested_sums(part)
+    return w, part if merged is None else merged
+
+
+def _constant_truth(c: Expr) -> bool | None:
+    if not (isinstance(c, Binary) and c.op in ("lt", "le") and c.a.dtype.startswith("int")):
+        return None
+    iv = interval(c.b - c.a)
+    if iv is None or iv[0] is None or iv[1] is None:
+        return None
+    need = 1 if c.op == "lt" else 0
+    if iv[0] >= need:
+        return True
+    if iv[1] < need:
+        return False
+    return None
+
+
+def _is_zero(e: Expr) -> bool:
+    return isinstance(e, Const) and e.dtype != "bool" and e.value == 0
+
+
+LIBRARY_CALLS = frozenset({"exp", "log", "log1p", "expm1", "tanh", "sin", "cos", "erf",
+                           "sigmoid"})  # unary ops that are a math library's calls
+TRANSCENDENTAL_COST = 8  # a library call (exp, tanh, ...) weighs this many additions
+
+
+def work_per_point(body: Expr) -> int:
+    """The parallel-work estimate of one output point: its widest reduction, weighted by
+    the transcendental functions in the body (each the cost of ~``TRANSCENDENTAL_COST``
+    additions: an LSTM step's gates are worth two threads at 8K points)."""
+    calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in LIBRARY_CALLS)
+    return reduction_width(body) * (1 + TRANSCENDENTAL_COST * calls)

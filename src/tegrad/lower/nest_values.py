@@ -1,0 +1,249 @@
+"""Values of a loop nest: every sub-expression as a ``Let``, placed by code motion.
+
+**Code motion.** A sub-expression is computed once, at the outermost open block where
+all its free variables are bound (``place``): in a softmax backward ``dX[i, j] = Y[i, j]
+(dY[i, j] - sum_k dY[i, k] Y[i, k])`` the sum is computed once per row, in the ``i``
+loop, not once per element. Structurally equal sub-expressions are the same node
+(interning), so they are computed once (common sub-expressions, ``memo``).
+
+**Guards.** A ``select`` whose branches are always safe is branch-free (``Choose``),
+which vectorizes. A branch whose affine reads could leave their tensor when the
+condition is false (a padding's ``select(1 <= i, U[i - 1, j], 0)``) is branch-free too,
+its reads at indices clamped into the tensor (``clampable``): the value read there is
+discarded. Compilers if-convert a guarded load into a masked load, and gcc 12.2
+vectorizes some such loops wrongly once it has unrolled a short inner loop (issue 27);
+clamped reads are plain loads. A branch that holds a reduction with a ``where`` or over
+more than ``Options.unroll`` points, or a gather (whose index is checked), is evaluated
+in a ``Guard``, and nothing inside it moves above it: such a read is never evaluated
+outside the guards that the verifier proved keep it in bounds. Indices read from integer
+tensors are checked on every read (``CheckIndex``); the first bad one is reported.
+
+Reductions are the subclass's (``nest_reduce.ReduceLowering.reduce``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import dtype as dt
+from ..ir.bounds import interval, is_pure_index
+from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.traverse import free_vars, walk
+from ..options import Options
+from .cost import reduction_width
+from .nest import Assign, Block, BufferStore, CheckIndex, Declare, Gather, Guard, Let
+from .nest_facts import eager, index_in_bounds, reads_in_bounds
+from .nest_forms import Apply, BufferLoad, Choose, IndexTerm, Lit, Load, Operand, Ref
+
+
+class ExprLowering:
+    """The open blocks of a nest being built (``stack``, ``root`` outermost), the names
+    given so far, and the values computed in them."""
+
+    def __init__(self, tensor, args: list, options: Options):
+        self.tensor = tensor
+        self.args = args  # the kernel's arguments: outputs first, then each tensor read
+        self.options = options
+        self.gathers: list[Gather] = []
+        self.has_check = False  # some read's index is checked: no loop vectorizes
+        self.vars: dict = {}  # variable -> its name
+        self.bound: dict = {}  # prefix -> variables named so far
+        self.counter = 0
+        self.memo: dict = {}  # value -> (operand, block computing it)
+        self.emitting: set = set()  # reductions whose loops are being written
+        self.cache_write: dict = {}  # row caches (row_cache.py): value -> (buffer, axis)
+        self.cache_read: dict = {}  # its twin in the output loop -> (buffer, axis)
+        self.written: set = set()  # buffers some emitted loop writes
+        self.safe_memo: dict = {}
+        self.clamping = False  # reads at clamped indices (a branch-free select's branch)
+        self.reductions: list = []  # the body's reductions, candidates for sharing a loop
+        self.root = Block()
+        self.stack: list[Block] = [self.root]
+
+    # names --------------------------------------------------------------------------------
+
+    def fresh(self, prefix: str = "t") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def var(self, v: Var) -> str:
+        name = self.vars.get(v)
+        if name is None:
+            raise NotImplementedError(f"{self.tensor.name}: variable {v.name} is not bound")
+        return name
+
+    def bind(self, v: Var, prefix: str) -> str:
+        number = self.bound.get(prefix, 0)
+        self.bound[prefix] = number + 1
+        name = f"{prefix}{number}"
+        self.vars[v] = name
+        return name
+
+    def arg(self, t) -> int:
+        return self.args.index(t)
+
+    # placement ----------------------------------------------------------------------------
+
+    def place(self, e: Expr) -> int:
+        """Index in the stack of the block where ``e`` is computed: the innermost block
+        binding one of its variables, or a guarded branch it must stay under (only if
+        one of its reads could leave its tensor: a causal softmax's row max moves out of
+        the guard around each element, else it is computed once per element)."""
+        fv = free_vars(e)
+        for k in range(len(self.stack) - 1, 0, -1):
+            b = self.stack[k]
+            if b.binds & fv or (b.barrier and not self.safe(e)):
+                return k
+        return 0
+
+    def safe(self, e: Expr) -> bool:
+        if self.clamping:  # (every read is at an index clamped into its tensor)
+            return True
+        found = self.safe_memo.get(e)
+        if found is None:
+            found = self.safe_memo[e] = reads_in_bounds(e)
+        return found
+
+    def close(self, blocks: list) -> None:
+        """Pop ``blocks`` (the top of the stack) and attach each to its parent."""
+        for b in reversed(blocks):
+            self.stack.pop()
+            self.stack[-1].items.append(b)
+
+    # values -------------------------------------------------------------------------------
+
+    def value(self, e: Expr) -> Operand:
+        """The operand holding ``e`` where the innermost open block runs, computed (at
+        its place) if it is not yet."""
+        if isinstance(e, Const):
+            return Lit(e.value, e.dtype)
+        if isinstance(e, Var):
+            return Ref(self.var(e))
+        hit = self.memo.get(e)
+        if hit is not None and any(hit[1] is b for b in self.stack):
+            return hit[0]
+        k = self.place(e)
+        saved, self.stack = self.stack, self.stack[: k + 1]
+        try:
+            if e in self.cache_read and self.cache_read[e][0] in self.written:
+                buffer, j = self.cache_read[e]
+                name = self.emit(e, BufferLoad(buffer, Ref(self.var(j))))
+            elif isinstance(e, Reduce):
+                name = self.reduce(e)
+            elif isinstance(e, Select):
+                name = self.select(e)
+            elif isinstance(e, Read):
+                name = self.read(e)
+            else:
+                name = self.emit(e, self.expression(e))
+            if e in self.cache_write and e not in self.cache_read:
+                buffer, k_axis = self.cache_write[e]
+                self.stack[-1].items.append(BufferStore(buffer, Ref(self.var(k_axis)), name))
+                self.written.add(buffer)
+        finally:
+            self.stack = saved
+        self.memo[e] = (name, self.stack[k])
+        return name
+
+    def reduce(self, e: Reduce) -> Ref:
+        """A reduction's loops, where it is placed (``nest_reduce.ReduceLowering``)."""
+        raise NotImplementedError
+
+    def emit(self, e: Expr, value) -> Ref:
+        name = self.fresh()
+        self.stack[-1].items.append(Let(name, e.dtype, value))
+        return Ref(name)
+
+    def expression(self, e: Expr) -> Apply:
+        if isinstance(e, Unary):
+            dtype = e.dtype if e.op != "not" else "bool"
+            return Apply(e.op, (self.value(e.a),), dtype, dtype)
+        if isinstance(e, Binary):
+            operand = dt.promote(e.a.dtype, e.b.dtype)
+            a = self.value(e.a)
+            return Apply(e.op, (a, self.value(e.b)), e.dtype, operand,
+                         truncating=_truncation_is_floor(e))
+        if isinstance(e, Cast):
+            return Apply("cast", (self.value(e.a),), e.dtype, e.a.dtype)
+        raise TypeError(f"cannot compile {type(e).__name__}")
+
+    def read(self, e: Read) -> Ref:
+        shape = e.tensor.shape
+        terms = []
+        for axis, index in enumerate(e.indices):
+            ix = self.value(index)
+            clamp = None
+            if not is_pure_index(index):
+                checked = self.fresh("ix")
+                self.gathers.append(Gather(e.tensor.name, axis, repr(index), shape[axis]))
+                self.has_check = True
+                self.stack[-1].items.append(
+                    CheckIndex(checked, ix, shape[axis], len(self.gathers)))
+                ix = Ref(checked)
+            elif self.clamping and not index_in_bounds(index, shape[axis]):
+                clamp = shape[axis] - 1
+            terms.append(IndexTerm(ix, math.prod(shape[axis + 1:]), clamp))
+        return self.emit(e, Load(self.arg(e.tensor), tuple(terms)))
+
+    # selects ------------------------------------------------------------------------------
+
+    def select(self, e: Select) -> Ref:
+        cond = self.value(e.cond)
+        if self.unguarded(e.a) and self.unguarded(e.b):
+            a = self.value(e.a)
+            return self.emit(e, Choose(cond, a, self.value(e.b)))
+        if self.clampable(e.a) and self.clampable(e.b):
+            saved, self.clamping = self.clamping, True
+            try:
+                a, b = self.value(e.a), self.value(e.b)
+            finally:
+                self.clamping = saved
+            return self.emit(e, Choose(cond, a, b))
+        name = self.fresh()
+        here = self.stack[-1]
+        if isinstance(e.b, Const):
+            here.items.append(Declare(name, e.dtype, self.value(e.b)))
+            branches = [(False, e.a)]
+        else:
+            here.items.append(Declare(name, e.dtype))
+            branches = [(False, e.a), (True, e.b)]
+        for negate, branch in branches:
+            block = Guard(conds=(cond,), negate=negate)
+            self.stack.append(block)
+            block.items.append(Assign(name, self.value(branch)))
+            self.stack.pop()
+            here.items.append(block)
+        return Ref(name)
+
+    def unguarded(self, e: Expr) -> bool:
+        """``e`` may be evaluated whether or not its branch is taken: it is ``eager``, or
+        its reads stay in bounds and its reductions are small windows (unrolled, so the
+        loop around them still vectorizes; a max pool's gradient reads its window's max
+        and tie count in the branch of the element that is the max)."""
+        if eager(e):
+            return True
+        return self.safe(e) and reduction_width(e) <= self.options.unroll and all(
+            r.where is None for r in walk(e) if isinstance(r, Reduce))
+
+    def clampable(self, e: Expr) -> bool:
+        """``e`` may be evaluated branch-free with its reads at indices clamped into their
+        tensors (the value is discarded where they would leave it): its reads are affine
+        (a gather's index is checked, so it stays in its branch) and its reductions small
+        windows without a ``where``. A padding's read ``select(0 <= i - 1, U[i - 1], 0)``
+        is then no branch (see the module header)."""
+        nodes = walk(e)
+        reduces = [x for x in nodes if isinstance(x, Reduce)]
+        return (not reduces or reduction_width(e) <= self.options.unroll) and all(
+            r.where is None for r in reduces) and all(
+            all(is_pure_index(i) for i in x.indices) for x in nodes if isinstance(x, Read))
+
+
+def _truncation_is_floor(e: Binary) -> bool:
+    """An integer ``//`` or ``%`` by a positive constant of a value that is never negative
+    (an index ``h // 2``): truncating division gives the floor, and vectorizes."""
+    if e.op not in ("floordiv", "floormod") or not dt.is_int(e.dtype):
+        return False
+    if not (isinstance(e.b, Const) and int(e.b.value) > 0):
+        return False
+    iv = interval(e.a)
+    return iv is not None and iv[0] is not None and iv[0] >= 0

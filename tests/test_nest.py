@@ -1,0 +1,135 @@
+"""The loop-nest tree (``lower/nest*.py``): target-neutral, rendered by a dialect that
+decides nothing, and shaped by the ``Options`` passed to it."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+import tegrad as tg
+from tegrad.backends.c.render import CDialect
+from tegrad.backends.cpu.codegen import KernelSource
+from tegrad.backends.cpu.grouping import group
+from tegrad.lower import nest, nest_forms
+from tegrad.lower.fusion import fuse
+from tegrad.lower.nest_build import kernel_nest
+from tegrad.lower.plan import plan
+from tegrad.options import Options
+
+
+def _general(outputs):
+    """``(tensor, body_of, also, columns)`` of each general kernel, as ``blueprint`` has."""
+    for kernel in group(fuse(plan(list(outputs)))).kernels:
+        if kernel.kind == "general":
+            d = kernel.detail
+            yield (kernel.tensor, getattr(d, "body_of", kernel.tensor), getattr(d, "also", ()),
+                   getattr(d, "columns", ()))
+
+
+def _softmax():
+    X, H = tg.placeholder((64, 1000), "float32", "X"), tg.placeholder((64, 1000), "float32", "H")
+    Y = tg.nn.softmax(X, -1)
+    return [Y, *tg.gradient(Y, [X], H)]
+
+
+def _layer_norm():
+    X = tg.placeholder((3, 40, 96), "float64", "X")
+    W, B = tg.placeholder((96,), "float64", "W"), tg.placeholder((96,), "float64", "B")
+    Y = tg.nn.layer_norm(X, (96,), W, B)
+    return tg.gradient(Y, [X, W, B], tg.placeholder(Y.shape, "float64", "H"))
+
+
+def _max_pool():
+    X = tg.placeholder((4, 8, 12, 20), "float32", "X")
+    Y = tg.nn.max_pool2d(X, 2, 2)
+    return tg.gradient(Y, [X], tg.placeholder(Y.shape, "float32", "H"))
+
+
+def _concatenation():
+    parts = [tg.placeholder((40, n), "float32", name) for n, name in ((36, "A"), (30, "B"))]
+    return [tg.nn.cat(parts, dim=1)]
+
+
+def _weight_gradient():  # a column-order nest: the reduce loop outside the columns
+    X, Y = (tg.placeholder((512, 64), "float32", name) for name in "XY")
+    n = tg.reduce_axis(512, "n")
+    return [tg.compute((64,), lambda d: tg.sum(X[n, d] * Y[n, d], n), name="dW")]
+
+
+CASES = [_softmax, _layer_norm, _max_pool, _concatenation, _weight_gradient]
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _walk(x):
+    """Every dataclass value reachable from ``x`` (through fields, lists and tuples)."""
+    if isinstance(x, list | tuple):
+        for y in x:
+            yield from _walk(y)
+    elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+        yield x
+        for f in dataclasses.fields(x):
+            yield from _walk(getattr(x, f.name))
+
+
+@pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__)
+def test_the_tree_holds_no_target_text(make):
+    """Every node of every kernel's tree is a ``lower.nest`` (or ``nest_forms``) node,
+    and every string in it a name (no C, no types, no pragmas); only the checked reads'
+    descriptions are text."""
+    for t, body_of, also, columns in _general(make()):
+        kernel = kernel_nest(t, body_of, "k0", also, columns, frozenset(), Options())
+        for node in _walk(kernel.body):
+            assert type(node).__module__ in (nest.__name__, nest_forms.__name__), type(node)
+            for f in dataclasses.fields(node):
+                value = getattr(node, f.name)
+                if isinstance(value, str) and f.name not in ("dtype", "source_dtype",
+                                                              "operand", "op", "kind", "role"):
+                    assert NAME.match(value), (type(node).__name__, f.name, value)
+
+
+def test_the_kinds_of_nest_are_all_built():
+    """The cases above reach each shape of nest the pass builds."""
+    kinds = set()
+    for make in CASES:
+        for t, body_of, also, columns in _general(make()):
+            kernel = kernel_nest(t, body_of, "k0", also, columns, frozenset(), Options())
+            kinds |= {type(x).__name__ for x in _walk(kernel.body)}
+    assert {"FlatLoop", "Loop", "ChunkLoop", "Guard", "ResidueIndex", "RowBuffer",
+            "PartialRow", "Accumulate"} <= kinds, kinds
+
+
+def test_a_dialect_overrides_only_what_differs():
+    """A dialect that spells the vector pragma its own way changes those lines only."""
+
+    class Other(CDialect):
+        def vector_pragma(self, reductions: tuple) -> str:
+            return "// vectorized " + " ".join(acc for _, acc, _ in reductions)
+
+    for t, body_of, also, columns in _general(_softmax()):
+        kernel = kernel_nest(t, body_of, "k0", also, columns, frozenset(), Options())
+        ours, theirs = CDialect().render(kernel).split("\n"), Other().render(kernel).split("\n")
+        assert len(ours) == len(theirs)
+        changed = [(a, b) for a, b in zip(ours, theirs, strict=True) if a != b]
+        assert changed and all("#pragma omp simd" in a and "// vectorized" in b
+                               for a, b in changed)
+
+
+@pytest.mark.parametrize("field, value, present", [
+    ("unroll", 0, "#pragma GCC unroll"),
+    ("parallel_work", 1 << 62, "omp parallel for"),
+    ("row_cache_buffers", 0, "row"),
+    ("max_regions", 0, " = 36; "),
+])
+def test_the_options_passed_shape_the_text(field, value, present):
+    """A knob is read from the ``Options`` passed down, not from a global."""
+    make = {"unroll": _max_pool, "parallel_work": _softmax, "row_cache_buffers": _softmax,
+            "max_regions": _concatenation}[field]
+    changed = dataclasses.replace(Options(), **{field: value})
+    for_default, for_changed = [], []
+    for t, body_of, also, columns in _general(make()):
+        for_default.append(KernelSource(t, body_of, "k0", also, columns, options=Options()).text)
+        for_changed.append(KernelSource(t, body_of, "k0", also, columns, options=changed).text)
+    assert any(present in text for text in for_default)
+    assert not any(present in text for text in for_changed)
