@@ -311,17 +311,11 @@ def _grouped_program():  # Y1, read by Y2 at its own point only, made in Y2's lo
 
 
 @pytest.fixture
-def stream_small(monkeypatch):
-    """The streaming limits of ``Options`` lowered so that small kernels stream their
-    outputs (only parallel loops stage: every kernel runs parallel). ``tg.build`` does not
-    take options yet, so the environment's value is replaced."""
-    import dataclasses
-
-    from tegrad import options
-
-    lowered = dataclasses.replace(options.Options.from_environment(), stream_bytes=0,
-                                  stream_traffic_bytes=0, stage_min_bytes=64, parallel_work=0)
-    monkeypatch.setattr(options, "_READ", [lowered])
+def stream_small():
+    """``Options`` with the streaming limits lowered so that small kernels stream their
+    outputs (only parallel loops stage: every kernel runs parallel)."""
+    return tg.Options.from_environment().replace(
+        stream_bytes=0, stream_traffic_bytes=0, stage_min_bytes=64, parallel_work=0)
 
 
 @pytest.mark.parametrize("make", [_softmax_program, _layer_norm_program, _max_pool_program,
@@ -332,7 +326,7 @@ def test_outputs_no_kernel_reads_later_are_streamed(make, stream_small):
     lowered, every kind of row loop does so and agrees with the NumPy backend (rows of
     4000 and 800 bytes: streams that start and end inside a cache line)."""
     inputs, outputs, streamed = make()
-    f = tg.build(inputs, outputs, target="cpu")
+    f = tg.build(inputs, outputs, target="cpu", options=stream_small)
     texts = [step.src.text for step in f.program.steps]
     assert ["tg_stream(" in text for text in texts] == streamed
     if make is _grouped_program:  # both outputs, from one loop
@@ -352,7 +346,7 @@ def test_step_programs_do_not_stream(stream_small):
     x, h0, c0 = ph((5, 16, 8), "x"), ph((16, 32), "h0"), ph((16, 32), "c0")
     wih, whh = ph((128, 8), "wih"), ph((128, 32), "whh")
     out = tg.nn.lstm(x, h0, c0, wih, whh)[0]
-    f = tg.build([x, h0, c0, wih, whh], out, target="cpu")
+    f = tg.build([x, h0, c0, wih, whh], out, target="cpu", options=stream_small)
     steps = [s for s in f.program.steps if isinstance(s, program.CpuProgram)]
     texts = [k.src.text for s in steps for k in s.steps if hasattr(k, "src")]
     assert texts and not any("tg_stream(" in text for text in texts)

@@ -11,9 +11,8 @@ import pytest
 import tegrad as tg
 from tegrad.backends.c.render import CDialect
 from tegrad.backends.cpu.codegen import KernelSource
-from tegrad.backends.cpu.grouping import group
 from tegrad.lower import nest, nest_forms
-from tegrad.lower.fusion import fuse
+from tegrad.lower.kernels import General
 from tegrad.lower.nest_build import kernel_nest
 from tegrad.lower.plan import plan
 from tegrad.options import Options
@@ -21,11 +20,9 @@ from tegrad.options import Options
 
 def _general(outputs):
     """``(tensor, body_of, also, columns)`` of each general kernel, as ``blueprint`` has."""
-    for kernel in group(fuse(plan(list(outputs)))).kernels:
-        if kernel.kind == "general":
-            d = kernel.detail
-            yield (kernel.tensor, getattr(d, "body_of", kernel.tensor), getattr(d, "also", ()),
-                   getattr(d, "columns", ()))
+    for kernel in plan(list(outputs), fused=True).kernels:
+        if isinstance(kernel, General):
+            yield kernel.tensor, kernel.body_of, kernel.also, kernel.columns
 
 
 def _softmax():

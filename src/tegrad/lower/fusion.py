@@ -245,7 +245,7 @@ def _site_evaluations(consumer: Compute, producer: Compute) -> int:
             go(c, inner, ranges)
 
     residues = unrolled_axes(consumer.body, consumer.axes) if len(consumer.axes) > 1 else {}
-    if residues:  # the compiled kernel's loops and bodies (codegen._residue_nest)
+    if residues:  # the compiled kernel's loops and bodies (lower/nest_build.py)
         loop, bodies = unrolled_bodies(consumer.body, consumer.axes, residues)
         for _, body in bodies:
             go(body, tuple(loop), {})

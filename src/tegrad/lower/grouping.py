@@ -10,7 +10,7 @@ rows from memory. A kernel ``B`` takes an earlier kernel ``A`` of its shape into
 * ``B`` reads ``A``, only at its own point, ``A[i, j]`` inside ``B[i, j]``: those reads
   become ``A``'s body, which the code generator evaluates once per point (interned nodes)
   and stores into ``A``'s array as well;
-* both are plain row nests (``codegen._row_nest``): no column-order reduction, no regions
+* both are plain row nests (``nest_build``'s row nest): no column-order reduction, no regions
   of the last axis, no residue classes.
 
     var[i] = sum_k (X[i, k] - mean[i])^2 / D      mean[i] = sum_k X[i, k] / D
@@ -42,23 +42,26 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..backends.cpu.kernel_facts import column_order, regions
 from ..ir.expr import Read, Reduce
 from ..ir.tensor import make_compute
 from ..ir.traverse import substitute, tensors_read, walk
+from ..options import Options
 from .fusion import inline
 from .kernels import General, Kernel, Plan, reads_and_makes
+from .nest_facts import column_order, regions
 from .residue import unrolled_axes
 
 
-def group(p: Plan) -> Plan:
-    """``p`` with general kernels of one loop nest written together (module header)."""
+def group(p: Plan, options: Options) -> Plan:
+    """``p`` with general kernels of one loop nest written together (module header);
+    ``options.max_regions`` as the loop nests will be built (``nest_build.py``)."""
     kernels = list(p.kernels)
-    _merge_into_each(kernels, _absorb)  # earlier kernels of the same shape
-    _place_columns(kernels)  # column sums into a row kernel before them
+    plain = _Plain(options.max_regions)
+    _merge_into_each(kernels, lambda ks, k: _absorb(ks, k, plain))  # same shape, earlier
+    _place_columns(kernels, plain)  # column sums into a row kernel before them
     j = len(kernels) - 1
     while j >= 0:
-        merged = _absorb_rows(kernels, j, set(p.outputs))
+        merged = _absorb_rows(kernels, j, set(p.outputs), plain)
         if merged is not None:
             k, kernel = merged  # kernel k computes kernel j's rows itself
             kernels[k] = kernel
@@ -83,7 +86,7 @@ def _merge_into_each(kernels: list, absorb) -> None:
         k -= j < k  # kernel k moved down one: ask it again
 
 
-def _absorb_rows(kernels: list, j: int, outputs: set):
+def _absorb_rows(kernels: list, j: int, outputs: set, plain):
     """``(k, kernel k with kernel j inlined)`` when kernel ``j`` (with the tensors it also
     writes) is read by one kernel only, a plain row nest ``k`` that reads it at its leading
     axes alone (``mean[i]`` in ``dX[i, j]``), or None. Fusion kept such a row statistic
@@ -97,7 +100,7 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
     if made & outputs:
         return None
     readers = [k for k, other in enumerate(kernels) if k != j and made & _reads(other)]
-    if len(readers) != 1 or readers[0] < j or not _plain(kernels[readers[0]]):
+    if len(readers) != 1 or readers[0] < j or not plain(kernels[readers[0]]):
         return None
     k = readers[0]
     b = kernels[k]
@@ -115,7 +118,7 @@ def _absorb_rows(kernels: list, j: int, outputs: set):
                       columns=tuple((t, inlined(body)) for t, body in b.columns))
 
 
-def _place_columns(kernels: list) -> None:
+def _place_columns(kernels: list, plain) -> None:
     """Each column sum (see the header), in order, into the earlier plain row kernel that
     can take it and already reads the most of the row-sized tensors its summand reads (the
     first of those on a tie): a layer norm's weight and bias gradients go into its input
@@ -130,7 +133,7 @@ def _place_columns(kernels: list) -> None:
             for k in range(j - 1, -1, -1):
                 b = kernels[k]
                 later.update(_made(b))
-                if not _plain(b) or len(b.body_of.axes) < 2:
+                if not plain(b) or len(b.body_of.axes) < 2:
                     continue
                 body_b = b.body_of
                 summand = _column_summand(d.body_of, body_b.axes, body_b.shape)
@@ -170,12 +173,12 @@ def _made(kernel: Kernel) -> set:
     return set(reads_and_makes(kernel)[1])
 
 
-def _absorb(kernels: list, k: int):
+def _absorb(kernels: list, k: int, plain):
     """``(j, kernel k with kernel j in its loops)`` for the nearest earlier ``j`` that
     can join it, or None. Kernel ``j`` comes with what it already also writes (an LSTM
     step's cell state with the gates a backward keeps: ``h_new`` then writes them all)."""
     b = kernels[k]
-    if not _plain(b):
+    if not plain(b):
         return None
     body_b = b.body_of
     bodies_b = [body_b.body, *(body for _, body in b.also)]
@@ -184,7 +187,7 @@ def _absorb(kernels: list, k: int):
         made = _made(a)  # (no column sums yet: its tensor and what it also writes)
         if any(made & _reads(kernels[m]) for m in range(j + 1, k)):
             continue  # read in between: it must exist before kernel k runs
-        if not _plain(a) or a.tensor.shape != b.tensor.shape:
+        if not plain(a) or a.tensor.shape != b.tensor.shape:
             continue
         reads = [e for body in bodies_b for e in walk(body)
                  if isinstance(e, Read) and e.tensor in made]
@@ -229,12 +232,19 @@ def _reads(kernel: Kernel) -> set:
     return found
 
 
-def _plain(kernel: Kernel) -> bool:
-    """A general kernel that ``codegen`` writes as a plain row nest."""
-    if not isinstance(kernel, General):
-        return False
-    c = kernel.body_of
-    axes, shape = c.axes, c.shape
-    if not axes or column_order(c.body, axes, shape) or regions(c.body, axes[-1], shape[-1]):
-        return False
-    return not (len(axes) > 1 and unrolled_axes(c.body, axes))
+class _Plain:
+    """``plain(kernel)``: a general kernel whose loop nest ``nest_build`` makes a plain row
+    nest (no column order, no regions of its last axis, no residue classes)."""
+
+    def __init__(self, max_regions: int):
+        self.max_regions = max_regions
+
+    def __call__(self, kernel: Kernel) -> bool:
+        if not isinstance(kernel, General):
+            return False
+        c = kernel.body_of
+        axes, shape = c.axes, c.shape
+        if not axes or column_order(c.body, axes, shape) or regions(
+                c.body, axes[-1], shape[-1], self.max_regions):
+            return False
+        return not (len(axes) > 1 and unrolled_axes(c.body, axes))

@@ -38,7 +38,6 @@ from ..ir.traverse import (
     with_children,
     with_fresh_axes,
 )
-from ..options import Options
 from ..simplify.pipeline import merge_nested_sums
 from .cost import reduction_width
 
@@ -115,16 +114,12 @@ def index_in_bounds(index: Expr, n: int) -> bool:
         and iv[1] < n
 
 
-def regions(body: Expr, v: Var, n: int,
-            max_regions: int | None = None) -> list[tuple[int, int]] | None:
+def regions(body: Expr, v: Var, n: int, max_regions: int) -> list[tuple[int, int]] | None:
     """Ranges ``[lo, hi)`` covering ``[0, n)`` of the variable ``v`` (an output axis) on
     which every ``select`` condition that bounds ``v`` alone is constant; None when there
-    is only one, or ``max_regions`` or more (``Options.max_regions``; None: the
-    environment's, for ``backends/cpu/grouping.py``'s call, which has no options yet). A
+    is only one, or ``max_regions`` or more (``Options.max_regions``). A
     concatenation's gradient ``select(j < 256, dA[i, j], 0) + select(256 <= j, dB[i, j -
     256], 0)`` then runs as one branch-free loop per part."""
-    if max_regions is None:
-        max_regions = Options.from_environment().max_regions
     cuts = set()
     for x in walk(body):
         if isinstance(x, Select):

@@ -40,7 +40,7 @@ def plan(outputs: list[Tensor], given=(), options: Options | None = None,
 
 def compiled(made: Plan, options: Options) -> Plan:
     """``made`` fused and grouped, and so every scan's step plan."""
-    made = group(fuse(made, options))
+    made = group(fuse(made, options), options)
     kernels = [replace(k, plan=compiled(k.plan, options)) if isinstance(k, ScanKernel) else k
                for k in made.kernels]
     return Plan(kernels, made.outputs, made.notes)

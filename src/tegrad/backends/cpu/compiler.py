@@ -26,8 +26,8 @@ from ...cache.disk import cache_root
 from .errors import CompileError, CompilerMissing
 
 # -fno-code-hoisting: gcc 12's code hoisting moves a load that the generated code makes
-# unconditionally (at an index clamped into its tensor, ``codegen.KernelSource.select``)
-# back under the select's condition, where if-conversion makes it a masked load, and gcc
+# unconditionally (at an index clamped into its tensor, ``nest_values.ExprLowering.select``
+# in lower/) back under the select's condition, where if-conversion makes it a masked load, and gcc
 # 12.2 vectorizes some of those wrongly (a padded row read as zeros: issue 27)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
          "-fno-code-hoisting", "-fPIC", "-shared", "-std=gnu11", "-w")

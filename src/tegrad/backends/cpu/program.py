@@ -66,7 +66,7 @@ def blueprint(plan: Plan, numbers: Iterator[int] | None = None,
             made = reads_and_makes(kernel)[1]
             src = KernelSource(kernel.tensor, kernel.body_of, f"k{next(numbers)}",
                                kernel.also, kernel.columns,
-                               frozenset(t for t in made if top and t not in read))
+                               frozenset(t for t in made if top and t not in read), options)
             parts.append(KernelText(src.tensor, src.name, src.text, tuple(src.args),
                                     src.outputs, tuple(src.gathers)))
         elif isinstance(kernel, ScanKernel):
