@@ -24,7 +24,6 @@ KNOWN: list[set[str]] = [
     {"backends.cpu.program", "backends.cpu.step_trace"},
     {"eager", "eager.dispatch", "eager.indexing", "eager.tape", "eager.variable", "nn"},
     {"check", "check.shrink", "check.spec"},
-    {"cli.render", "cli.render_rich"},
     {"interop.tvm_bridge", "interop.tvm_read", "interop.tvm_write"},
 ]
 
