@@ -23,7 +23,6 @@ KNOWN: list[set[str]] = [
     {"lower.merge", "lower.plan", "lower.saved_steps", "lower.scan_kernel"},
     {"backends.cpu.program", "backends.cpu.step_trace"},
     {"eager", "eager.dispatch", "eager.indexing", "eager.tape", "eager.variable", "nn"},
-    {"check", "check.shrink", "check.spec"},
     {"interop.tvm_bridge", "interop.tvm_read", "interop.tvm_write"},
 ]
 
