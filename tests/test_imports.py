@@ -19,7 +19,6 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 KNOWN: list[set[str]] = [
     {"ir.affine", "ir.bounds", "ir.broadcast", "ir.expr", "ir.printer", "ir.scan",
      "ir.tensor", "ir.traverse", "ir.verify"},
-    {"autodiff.forward", "autodiff.reductions", "autodiff.scan_rules"},
     {"lower.merge", "lower.plan", "lower.saved_steps", "lower.scan_kernel"},
     {"backends.cpu.program", "backends.cpu.step_trace"},
     {"eager", "eager.dispatch", "eager.indexing", "eager.tape", "eager.variable", "nn"},

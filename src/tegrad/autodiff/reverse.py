@@ -54,6 +54,7 @@ from ..ir.traverse import (
 from ..simplify.products import is_product, reuse_product
 from .partials import partial
 from .reductions import fresh_copy, reduce_partial, zero
+from .scan_rules import scan_vjp
 
 
 @dataclass(frozen=True)
@@ -400,8 +401,6 @@ def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, ax
                finish) -> None:
     """Collect the adjoint of one scan output; after the last of its scan's outputs, run
     the scan's rule (``scan_rules.scan_vjp``) and pass its contributions on."""
-    from .scan_rules import scan_vjp
-
     if prefix_shape:
         raise NotImplementedError(
             f"gradient through scan {t.op.name} with a head prefix {prefix_shape} (or "
