@@ -49,7 +49,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import tegrad as tg  # noqa: E402
-from tegrad.eager.dispatch import is_variable  # noqa: E402
+from tegrad.eager.variable import is_variable  # noqa: E402
 from tegrad.interop.graph import cache_info, split_leaves, trace  # noqa: E402
 
 

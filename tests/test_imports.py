@@ -21,7 +21,6 @@ KNOWN: list[set[str]] = [
      "ir.tensor", "ir.traverse", "ir.verify"},
     {"lower.merge", "lower.plan", "lower.saved_steps", "lower.scan_kernel"},
     {"backends.cpu.program", "backends.cpu.step_trace"},
-    {"eager", "eager.dispatch", "eager.indexing", "eager.tape", "eager.variable", "nn"},
     {"interop.tvm_bridge", "interop.tvm_read", "interop.tvm_write"},
 ]
 
