@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import NotDifferentiableError
-from ..interop.graph import GraphFunction
+from ..function import GraphFunction
 from ..ir.dtype import is_float
 from ..ir.tensor import placeholder
 from .tape import GradientTape

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NotDifferentiableError
-from ..interop.graph import GraphFunction
+from ..function import GraphFunction
 from ..ir.dtype import is_float
 from .variable import TAPES, Variable, run
 

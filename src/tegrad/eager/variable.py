@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import nn
-from ..interop.graph import GraphFunction, split_leaves, trace
+from ..function import GraphFunction, split_leaves, trace
 from ..ir.broadcast import elementwise
 from ..ir.tensor import Tensor, placeholder
 from .indexing import astype, canonical_key, getitem
