@@ -17,11 +17,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # circles still being opened (issue 28); the test fails on any circle not listed here
 KNOWN: list[set[str]] = [
-    {"ir.affine", "ir.bounds", "ir.broadcast", "ir.expr", "ir.printer", "ir.scan",
-     "ir.tensor", "ir.traverse", "ir.verify"},
     {"lower.merge", "lower.plan", "lower.saved_steps", "lower.scan_kernel"},
     {"backends.cpu.program", "backends.cpu.step_trace"},
-    {"interop.tvm_bridge", "interop.tvm_read", "interop.tvm_write"},
 ]
 
 

@@ -58,9 +58,10 @@ from .frontend.reduce import (
     reduce_axis,
     sum,
 )
+from .ir.compute import compute
 from .ir.expr import Expr, Var
 from .ir.scan import scan
-from .ir.tensor import Compute, Placeholder, Tensor, compute, placeholder
+from .ir.tensor import Compute, Placeholder, Tensor, placeholder
 from .lower.cost import count_ops
 from .simplify import simplify
 

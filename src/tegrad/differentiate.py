@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
+from .ir.compute import compute
 from .ir.disk_cache import remembered
 from .ir.scan import refuse_lag_reads
-from .ir.tensor import Tensor, compute
+from .ir.tensor import Tensor
 from .simplify import simplify_compute
 from .simplify.common import CommonComputes
 

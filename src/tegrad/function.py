@@ -39,7 +39,8 @@ from .backends.vjp import SplitVJP
 from .differentiate import gradient, inner_product, jvp
 from .frontend.math import const
 from .ir import dtype as dt
-from .ir.tensor import Tensor, compute, placeholder
+from .ir.compute import compute
+from .ir.tensor import Tensor, placeholder
 
 
 class TensorSpec(NamedTuple):

@@ -17,8 +17,7 @@ from __future__ import annotations
 from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
 from ..ir.expr import Const, Expr, Read, Var, cast, const
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Tensor, make_compute
+from ..ir.tensor import Compute, ScanOutput, Tensor, make_compute
 from ..ir.traverse import topo_tensors, walk
 from .partials import tangent as tangent_of
 from .reductions import reduce_tangent

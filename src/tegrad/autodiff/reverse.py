@@ -41,8 +41,8 @@ from ..ir.expr import (
     const,
     split_conjunction,
 )
-from ..ir.scan import ScanOp, ScanOutput
-from ..ir.tensor import Compute, Tensor, make_compute
+from ..ir.scan import ScanOp
+from ..ir.tensor import Compute, ScanOutput, Tensor, make_compute
 from ..ir.traverse import (
     children,
     free_vars,

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.compute import compute
 from ..ir.expr import cast
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.tensor import Tensor, unique_name
 
 
 def canonical_key(key, shape: tuple[int, ...], index_variable: Callable[[object, int], Any]

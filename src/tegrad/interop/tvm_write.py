@@ -57,8 +57,7 @@ from ..ir.expr import (
     Var,
     split_conjunction,
 )
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.tensor import Compute, Placeholder, ScanOutput, Tensor
 from ..ir.traverse import topo_tensors, walk
 from .tvm_hoist import hoist_reductions
 from .tvm_ops import load_tvm

@@ -14,6 +14,11 @@ Nodes:
   Select(cond, a, b, dtype)           if_then_else
   Cast(a, dtype)
   Reduce(combiner, source, axes, where, dtype)
+
+and ``Tensor``, the base of the tensor nodes (``tensor.py``) that a ``Read`` reads.
+Printing (``repr``) and the arithmetic of whole tensors build on this module, so the
+modules that define them give them to the nodes: ``printer.py`` and ``broadcast.py``
+(``ir/__init__.py`` imports both with the package).
 """
 
 from __future__ import annotations
@@ -137,10 +142,7 @@ class Expr(metaclass=Interned):
 
     __hash__ = object.__hash__
 
-    def __repr__(self) -> str:
-        from .printer import format_expr
-
-        return format_expr(self)
+    # __repr__: index notation, given by printer.py (it prints every node class below)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
@@ -183,7 +185,7 @@ class Const(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Read(Expr):
-    tensor: Any  # tegrad.ir.tensor.Tensor
+    tensor: Tensor
     indices: tuple[Expr, ...]
     dtype: str
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
@@ -289,6 +291,61 @@ class Reduce(Expr):
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
+class Tensor(metaclass=Interned):
+    """Base of tensor nodes (``tensor.py``: Placeholder, Compute, ScanOutput), interned
+    like expressions. Indexing a tensor gives a ``Read``."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    dtype: str
+    name: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __iter__(self):
+        # without this, Python would iterate by calling T[0], T[1], ... forever (every
+        # integer is a valid symbolic read), e.g. topo_tensors(T) instead of ([T])
+        raise TypeError(f"tensor {self.name} is not iterable: read it as {self.name}[i, ...]")
+
+    def __getitem__(self, indices) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != len(self.shape):
+            raise IndexError(
+                f"{self.name} has {len(self.shape)} dimension(s) {self.shape}, "
+                f"read with {len(indices)} index(es)"
+            )
+        exprs = []
+        for axis, index in enumerate(indices):
+            if isinstance(index, slice):
+                raise TypeError(f"{self.name}: slices are not indices; write a compute")
+            e = as_expr(index)
+            if not dt.is_int(e.dtype):
+                raise TypeError(
+                    f"{self.name}: index {axis} is {e!r} of dtype {e.dtype}; "
+                    "indices must be integer expressions (cast with tegrad.cast)"
+                )
+            exprs.append(e)
+        return read(self, tuple(exprs))
+
+    __hash__ = object.__hash__
+
+    # __str__ (the program in index notation): printer.py; arithmetic (+ - * / ** and
+    # unary -, NumPy broadcasting, each a verified compute): broadcast.py
+
+    def __repr__(self) -> str:
+        return f"<tensor {self.name} {self.shape} {self.dtype}>"
+
+
 SUM = Combiner("sum", "sum")
 PROD = Combiner("prod", "prod")
 MAX = Combiner("max", "max")
@@ -356,8 +413,6 @@ def as_expr(value: object, like: Expr | None = None) -> Expr:
         if like is not None and dt.is_float(like.dtype):
             return const(value, like.dtype)
         return const(value, "float32")
-    from .tensor import Tensor
-
     if isinstance(value, Tensor):
         raise TypeError(
             f"tensor {value.name} used as a scalar expression: index it, e.g. {value.name}[i, j]"

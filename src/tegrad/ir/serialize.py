@@ -55,9 +55,10 @@ from .expr import (
     Var,
     fresh_uid,
 )
-from .scan import LAG_READS, STATE_OF, STEP_VALUES, ScanOp, ScanOutput, StepGraph
-from .tensor import Compute, Placeholder, Tensor
+from .scan import STATE_OF, STEP_VALUES, ScanOp, StepGraph
+from .tensor import Compute, Placeholder, ScanOutput, Tensor
 from .traverse import topo_tensors
+from .verify import LAG_READS
 
 REGISTRIES = (LAG_READS, STATE_OF, STEP_VALUES)
 _BUILTIN = {c.kind: c for c in (SUM, PROD, MAX, MIN, ARGMAX, ARGMIN)}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from .. import nn
 from ..frontend.math import const
-from ..ir.tensor import Tensor, compute, placeholder
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, placeholder
 
 
 def language_model_shapes(vocab: int, embed: int, hidden: int, layers: int = 2
