@@ -81,7 +81,7 @@ def partial(e: Expr, k: int) -> Expr | None:
             return None
         fn = RULES.get(e.op)
         if fn is None:
-            raise NotImplementedError(f"no derivative rule for op {e.op!r}")
+            raise NotImplementedError(f"no derivative rule for op {str(e.op)!r}")
         return fn(e, k)
     if isinstance(e, Cast):
         # d/da cast(a) = 1 between float types; 0 into or out of integers
