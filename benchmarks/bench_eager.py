@@ -11,7 +11,7 @@ own cost per call. Each side's time is the median over ``--repeat`` rounds of th
 of a batch of calls (sized to last about 2 ms); the sides take turns round by round
 (tegrad, torch, NumPy), so a change in machine load hits all of them. NumPy, where the
 op has a one-line NumPy equivalent, is the floor: the same arithmetic with no framework.
-The cache column is the trace cache's hit rate (``tegrad.interop.graph.cache_info()``)
+The cache column is the trace cache's hit rate (``tegrad.function.cache_info()``)
 over tegrad's timed calls: every call after the first is a hit, so the time is that of
 a compiled template being looked up and run, not traced. A second table splits
 tegrad's time for ``add`` into its stages.
@@ -49,8 +49,8 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 import tegrad as tg  # noqa: E402
-from tegrad.eager.dispatch import is_variable  # noqa: E402
-from tegrad.interop.graph import cache_info, split_leaves, trace  # noqa: E402
+from tegrad.eager.variable import is_variable  # noqa: E402
+from tegrad.function import cache_info, split_leaves, trace  # noqa: E402
 
 
 def batch_size(fn, seconds: float = 2e-3) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 import tegrad as tg
-from tegrad.interop.graph import cache_info
+from tegrad.function import cache_info
 
 
 def softplus_rows(x):

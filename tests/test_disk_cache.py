@@ -29,7 +29,8 @@ from tegrad.cache import disk as disk_cache
 from tegrad.cache import serialize
 from tegrad.ir.expr import Var
 from tegrad.ir.printer import format_program
-from tegrad.ir.scan import STEP_VALUES, ScanOutput
+from tegrad.ir.scan import STEP_VALUES
+from tegrad.ir.tensor import ScanOutput
 from tegrad.ir.traverse import topo_tensors, walk
 
 try:

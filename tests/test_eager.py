@@ -20,7 +20,7 @@ import pytest
 import tegrad as tg
 from tegrad.coverage import CASES
 from tegrad.coverage.agreement import as_list, run_torch, scaled_error
-from tegrad.interop.graph import cache_info
+from tegrad.function import cache_info
 
 
 def value(v) -> np.ndarray:

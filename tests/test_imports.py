@@ -15,16 +15,6 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# circles still being opened (issue 28); the test fails on any circle not listed here
-KNOWN: list[set[str]] = [
-    {"ir.affine", "ir.bounds", "ir.broadcast", "ir.expr", "ir.printer", "ir.scan",
-     "ir.tensor", "ir.traverse", "ir.verify"},
-    {"autodiff.forward", "autodiff.reductions", "autodiff.scan_rules"},
-    {"eager", "eager.dispatch", "eager.indexing", "eager.tape", "eager.variable", "nn"},
-    {"check", "check.shrink", "check.spec"},
-    {"cli.render", "cli.render_rich"},
-    {"interop.tvm_bridge", "interop.tvm_read", "interop.tvm_write"},
-]
 
 
 def modules(root: Path) -> dict[str, tuple[Path, bool]]:
@@ -122,6 +112,5 @@ def test_the_graph_sees_function_local_imports(tmp_path):
 
 
 def test_no_import_circle():
-    known = [{f"tegrad.{m}" for m in circle} for circle in KNOWN]
-    new = [sorted(c) for c in circles(import_graph()) if not any(c <= k for k in known)]
-    assert not new, f"import circles: {new}"
+    found = [sorted(c) for c in circles(import_graph())]
+    assert not found, f"import circles: {found}"

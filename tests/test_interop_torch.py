@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import tegrad as tg  # noqa: E402
-from tegrad.interop.graph import cache_clear, cache_info  # noqa: E402
+from tegrad.function import cache_clear, cache_info  # noqa: E402
 from tegrad.interop.torch_bridge import as_array, as_module, to_torch  # noqa: E402
 
 # ------------------------------------------------------------------- user-written ops
@@ -348,7 +348,7 @@ def test_a_backward_without_create_graph_reads_what_the_forward_kept(monkeypatch
     differentiable); without grad mode the forward keeps nothing. All agree with
     ``torch.nn.LSTM``."""
     from tegrad.backends.vjp import SplitVJP
-    from tegrad.interop.graph import GraphFunction
+    from tegrad.function import GraphFunction
 
     calls = {"split_vjp": [], "vjp": 0, "backward": 0}
     split_vjp, vjp, backward = GraphFunction.split_vjp, GraphFunction.vjp, SplitVJP.backward

@@ -28,7 +28,7 @@ tvm = pytest.importorskip("tvm")
 
 import tegrad as tg  # noqa: E402
 from tegrad.interop.tvm_bridge import build_tvm, from_tvm, load_tvm, to_tvm  # noqa: E402
-from tegrad.ir.scan import ScanOutput  # noqa: E402
+from tegrad.ir.tensor import ScanOutput  # noqa: E402
 
 try:  # only (b) needs PyTorch
     import torch

@@ -353,13 +353,13 @@ def test_gru_backward_reads_the_gates_its_forward_kept(target, monkeypatch):
 def test_lstm_gradient_makes_each_value_once():
     """The LSTM's pre-activations are one compute, so their gradient (the four gate
     gradients side by side) is one tensor over the steps. Both bias gradients are the same
-    sum of it over steps and batch: one compute, which both read (``simplify/common.py``),
+    sum of it over steps and batch: one compute, which both read (``simplify/cse.py``),
     and one kernel, not a sum copied into each (``lower/fusion.py``). The weight and input
     gradients read it directly: no compute of the gradient is a whole copy of another."""
     from tegrad.backends.cpu import compiler
     from tegrad.ir.tensor import Compute
     from tegrad.ir.traverse import tensors_read, topo_tensors
-    from tegrad.simplify.common import copy_of
+    from tegrad.simplify.cse import copy_of
 
     out, placeholders, values, module = recurrent_case("lstm", 5, 3, 4, 6, 7)
     head = ph(out.shape, "dout")

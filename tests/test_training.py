@@ -69,7 +69,7 @@ def test_optimizer_matches_torch(name, settings, jit):
 
 
 def test_optimizer_keeps_dtype_and_one_template_per_shape():
-    from tegrad.interop.graph import cache_info
+    from tegrad.function import cache_info
 
     p = tg.Variable(np.ones((3, 2), np.float32))
     opt = Adam([p], lr=0.1)

@@ -13,7 +13,8 @@ from .backends import build, build_vjp, evaluate
 from .check import GradCheckReport, check_gradient, check_vjp
 from .differentiate import gradient
 from .differentiate import jvp as _tensor_jvp
-from .eager import Variable, eager_aware
+from .eager import Variable, wrap_namespace
+from .eager import eager_aware as eager_aware  # (tg.eager_aware: wraps a tensor function)
 from .eager.functional import grad, jit, value_and_grad
 from .eager.tape import GradientTape
 from .errors import GradientCheckError, IRError, NotDifferentiableError
@@ -57,20 +58,22 @@ from .frontend.reduce import (
     reduce_axis,
     sum,
 )
+from .ir.compute import compute
 from .ir.expr import Expr, Var
 from .ir.scan import scan
-from .ir.tensor import Compute, Placeholder, Tensor, compute, placeholder
+from .ir.tensor import Compute, Placeholder, Tensor, placeholder
 from .lower.cost import count_ops
 from .options import Machine, Options
 from .simplify import simplify
 
 __version__ = "0.1.0"
 
-# the math intrinsics also run eagerly on tg.Variable arguments
-(abs, ceil, cos, erf, exp, expm1, floor, log, log1p, maximum, minimum, power, round, rsqrt,
- sigmoid, sign, sin, sqrt, tanh) = (eager_aware(f) for f in (
-    abs, ceil, cos, erf, exp, expm1, floor, log, log1p, maximum, minimum, power, round, rsqrt,
-    sigmoid, sign, sin, sqrt, tanh))
+# every tg.nn function and the math intrinsics also run eagerly on tg.Variable arguments
+# (one compiled template each): wrapped here, above both nn and eager
+wrap_namespace(vars(nn), nn.__all__)
+wrap_namespace(globals(), (
+    "abs", "ceil", "cos", "erf", "exp", "expm1", "floor", "log", "log1p", "maximum", "minimum",
+    "power", "round", "rsqrt", "sigmoid", "sign", "sin", "sqrt", "tanh"))
 
 
 def jvp(output, inputs, tangents):

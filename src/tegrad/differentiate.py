@@ -5,10 +5,11 @@ from __future__ import annotations
 from .autodiff import reverse
 from .autodiff.forward import jvp as _jvp
 from .cache.disk import remembered
+from .ir.compute import compute
 from .ir.scan import refuse_lag_reads
-from .ir.tensor import Tensor, compute
+from .ir.tensor import Tensor
 from .simplify import simplify_compute
-from .simplify.common import CommonComputes
+from .simplify.cse import CommonComputes
 
 
 def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]:
@@ -18,7 +19,7 @@ def gradient(output: Tensor, inputs, head: Tensor | None = None) -> list[Tensor]
     ``prefix + input.shape``. ``head=None`` is the identity, so the results are full
     Jacobians (``output.shape + input.shape``). Results are ordinary tensors in gather
     form wherever the index equations could be solved; equal computes are made once
-    (``simplify/common.py``). A new process asking for the gradient of an equal graph
+    (``simplify/cse.py``). A new process asking for the gradient of an equal graph
     loads it from the disk cache (``cache/disk.py``).
     """
     wrt = [inputs] if isinstance(inputs, Tensor) else inputs

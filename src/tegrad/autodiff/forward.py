@@ -14,84 +14,18 @@ Tangents are ordinary computes, so they print, build and differentiate again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
-from ..ir.expr import SUM, Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, cast, const
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Tensor, make_compute
-from ..ir.traverse import children, substitute, topo_tensors
-from .partials import partial
-from .reductions import fresh_copy, reduce_partial
-
-
-def tangent_of_expr(e: Expr, leaf: Callable[[Expr], Expr | None]) -> Expr:
-    """The tangent of ``e`` given ``leaf(node)``: the tangent of a read (or variable),
-    or None where it is zero. Returns a constant zero when nothing varies."""
-    memo: dict[Expr, Expr | None] = {}
-
-    def go(x: Expr) -> Expr | None:
-        if x in memo:
-            return memo[x]
-        out = node(x)
-        memo[x] = out
-        return out
-
-    def node(x: Expr) -> Expr | None:
-        if isinstance(x, Read | Var):
-            return leaf(x)
-        if not dt.is_float(x.dtype) or isinstance(x, Const):
-            return None
-        if isinstance(x, Select):
-            a, b = go(x.a), go(x.b)
-            if a is None and b is None:
-                return None
-            z = const(0, x.dtype)
-            return Select(x.cond, a if a is not None else z, b if b is not None else z, x.dtype)
-        if isinstance(x, Reduce):
-            return reduce_tangent(x, go)
-        if isinstance(x, Unary | Binary | Cast):
-            total = None
-            for k, operand in enumerate(children(x)):
-                d = go(operand)
-                if d is None:
-                    continue
-                p = partial(x, k)
-                if p is None:
-                    continue
-                term = (
-                    cast(d, x.dtype) * p
-                    if not (isinstance(p, Const) and p.value == 1)
-                    else cast(d, x.dtype)
-                )
-                total = term if total is None else total + term
-            return total
-        raise NotImplementedError(f"no tangent rule for {type(x).__name__}")
-
-    out = go(e)
-    return const(0, e.dtype) if out is None else out
-
-
-def reduce_tangent(r: Reduce, go) -> Expr | None:
-    d = go(r.source)
-    if d is None:
-        return None
-    if r.combiner.kind == "sum":
-        return Reduce(SUM, d, r.axes, r.where, r.dtype)
-    p = reduce_partial(r)
-    if p is None:
-        return None
-    # p mentions r itself (a max's winner test), which binds r's axes: sum over copies
-    ren = fresh_copy(r.axes)
-    where = None if r.where is None else substitute(r.where, ren)
-    return Reduce(SUM, substitute(d * p, ren), tuple(ren.values()), where, r.dtype)
+from ..ir.expr import Const, Expr, Read, Var, cast, const
+from ..ir.tensor import Compute, ScanOutput, Tensor, make_compute
+from ..ir.traverse import topo_tensors, walk
+from .partials import tangent as tangent_of
+from .reductions import reduce_tangent
+from .scan_rules import scan_jvp
 
 
 def jvp(output: Tensor, inputs, tangents) -> Tensor:
     """The directional derivative of ``output`` along ``tangents`` (one per input)."""
-    from .scan_rules import scan_jvp
-
     inputs, tangents = list(inputs), list(tangents)
     if len(inputs) != len(tangents):
         raise ValueError(f"jvp got {len(inputs)} inputs but {len(tangents)} tangents")
@@ -118,7 +52,7 @@ def jvp(output: Tensor, inputs, tangents) -> Tensor:
                 return cast(Read(src, x.indices, src.dtype), x.dtype)
             return None
 
-        body = tangent_of_expr(t.body, leaf)
+        body = tangent_of(t.body, leaf, reduce_tangent)
         if isinstance(body, Const) and not any(
             isinstance(x, Read) and x.tensor in tangent for x in _reads(t.body)
         ):
@@ -131,6 +65,4 @@ def jvp(output: Tensor, inputs, tangents) -> Tensor:
 
 
 def _reads(e: Expr):
-    from ..ir.traverse import walk
-
     return walk(e)

@@ -20,7 +20,22 @@ import math
 from collections.abc import Callable
 
 from ..ir import dtype as dt
-from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, binary, const, unary
+from ..ir.expr import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    binary,
+    cast,
+    const,
+    unary,
+)
+from ..ir.traverse import children
 
 Rule = Callable[[Expr, int], Expr | None]
 RULES: dict[str, Rule] = {}
@@ -66,7 +81,7 @@ def partial(e: Expr, k: int) -> Expr | None:
             return None
         fn = RULES.get(e.op)
         if fn is None:
-            raise NotImplementedError(f"no derivative rule for op {e.op!r}")
+            raise NotImplementedError(f"no derivative rule for op {str(e.op)!r}")
         return fn(e, k)
     if isinstance(e, Cast):
         # d/da cast(a) = 1 between float types; 0 into or out of integers
@@ -74,6 +89,59 @@ def partial(e: Expr, k: int) -> Expr | None:
             return c(1.0, e)
         return None
     raise NotImplementedError(f"no derivative rule for {type(e).__name__}")
+
+
+def tangent(e: Expr, leaf: Callable[[Expr], Expr | None],
+            reduction: Callable[[Reduce, Callable[[Expr], Expr | None]], Expr | None]
+            ) -> Expr:
+    """The tangent of ``e`` by the chain rule over this table: ``y_dot = sum_k p_k
+    x_dot_k`` at every op and cast, ``select(c, a_dot, b_dot)`` at a select, and
+    ``leaf(node)`` at a read or variable (its tangent, or None where it is zero). A
+    reduction's tangent is ``reduction(node, go)``, ``go`` giving its source's: the rules of
+    reductions build on this table (``reductions.reduce_tangent``) and are passed in.
+    Returns a constant zero when nothing varies."""
+    memo: dict[Expr, Expr | None] = {}
+
+    def go(x: Expr) -> Expr | None:
+        if x in memo:
+            return memo[x]
+        out = node(x)
+        memo[x] = out
+        return out
+
+    def node(x: Expr) -> Expr | None:
+        if isinstance(x, Read | Var):
+            return leaf(x)
+        if not dt.is_float(x.dtype) or isinstance(x, Const):
+            return None
+        if isinstance(x, Select):
+            a, b = go(x.a), go(x.b)
+            if a is None and b is None:
+                return None
+            z = const(0, x.dtype)
+            return Select(x.cond, a if a is not None else z, b if b is not None else z, x.dtype)
+        if isinstance(x, Reduce):
+            return reduction(x, go)
+        if isinstance(x, Unary | Binary | Cast):
+            total = None
+            for k, operand in enumerate(children(x)):
+                d = go(operand)
+                if d is None:
+                    continue
+                p = partial(x, k)
+                if p is None:
+                    continue
+                term = (
+                    cast(d, x.dtype) * p
+                    if not (isinstance(p, Const) and p.value == 1)
+                    else cast(d, x.dtype)
+                )
+                total = term if total is None else total + term
+            return total
+        raise NotImplementedError(f"no tangent rule for {type(x).__name__}")
+
+    out = go(e)
+    return const(0, e.dtype) if out is None else out
 
 
 @rule("neg")

@@ -18,6 +18,8 @@ For ``y = fold_k x(k)`` (over the points ``k`` where the ``where`` clause holds)
             product of the others by the rounding of one division.
   custom:   dy/dx(k) = d(combine)/d(rhs)(fold_{k' != k} x(k'), x(k))
   argmax/argmin: integer valued, no derivative.
+The tangent (forward mode) of a reduction is ``sum_k x_dot(k) dy/dx(k)``
+(``reduce_tangent``); reverse mode scatters ``y_bar dy/dx(k)`` (``reverse.py``).
 The helper folds reduce over a fresh copy of the axes (the current point ``k`` stays
 free). The custom rule folds over ``k' != k``: exact for any combiner, at the cost of
 one extra pass over the axis per element. Each helper is memoised on its reduction
@@ -44,6 +46,7 @@ from ..ir.expr import (
 )
 from ..ir.tensor import make_compute
 from ..ir.traverse import free_vars, substitute
+from .partials import tangent
 
 
 def zero(dtype: str) -> Expr:
@@ -183,13 +186,29 @@ def reduce_partial(r: Reduce, guards: tuple[Expr, ...] = ()) -> Expr | None:
     if kind == "custom":
         comb = r.combiner
         rest = fold_except(r)
-        d_rhs = partial_wrt_var(comb.combine, comb.rhs)
+        d_rhs = derivative_wrt(comb.combine, comb.rhs)
         return substitute(d_rhs, {comb.lhs: rest, comb.rhs: r.source})
     return None
 
 
-def partial_wrt_var(e: Expr, v: Var) -> Expr:
-    """d e / d v for a scalar expression of a float variable (custom reducers)."""
-    from .forward import tangent_of_expr
+def derivative_wrt(e: Expr, v: Var) -> Expr:
+    """d e / d v for a scalar expression of a float variable (a custom reducer's
+    combiner); a reduction inside it (a combiner may hold one) by ``reduce_tangent``."""
+    return tangent(e, lambda x: const(1, v.dtype) if x is v else None, reduce_tangent)
 
-    return tangent_of_expr(e, lambda x: const(1, v.dtype) if x is v else None)
+
+def reduce_tangent(r: Reduce, go) -> Expr | None:
+    """The tangent of ``r`` given ``go(source)``, the tangent of its source (None: zero):
+    ``sum_k x_dot(k) dy/dx(k)``, a plain sum of tangents for a sum."""
+    d = go(r.source)
+    if d is None:
+        return None
+    if r.combiner.kind == "sum":
+        return Reduce(SUM, d, r.axes, r.where, r.dtype)
+    p = reduce_partial(r)
+    if p is None:
+        return None
+    # p mentions r itself (a max's winner test), which binds r's axes: sum over copies
+    ren = fresh_copy(r.axes)
+    where = None if r.where is None else substitute(r.where, ren)
+    return Reduce(SUM, substitute(d * p, ren), tuple(ren.values()), where, r.dtype)

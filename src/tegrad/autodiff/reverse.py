@@ -19,8 +19,8 @@ reduction's source is its own scope, whose free variables include the reduction 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
@@ -41,8 +41,8 @@ from ..ir.expr import (
     const,
     split_conjunction,
 )
-from ..ir.scan import ScanOp, ScanOutput
-from ..ir.tensor import Compute, Tensor, make_compute
+from ..ir.scan import ScanOp
+from ..ir.tensor import Compute, ScanOutput, Tensor, make_compute
 from ..ir.traverse import (
     children,
     free_vars,
@@ -54,6 +54,7 @@ from ..ir.traverse import (
 from ..simplify.products import is_product, reuse_product
 from .partials import partial
 from .reductions import fresh_copy, reduce_partial, zero
+from .scan_rules import scan_vjp
 
 
 @dataclass(frozen=True)
@@ -266,17 +267,45 @@ def scatter_terms(
     return total
 
 
+class Finish(Protocol):
+    """What reverse mode applies to each compute it makes (``differentiate.py`` passes
+    ``simplify.cse.CommonComputes``: simplify, then share equal computes).
+
+    ``finish(c)``: an adjoint on the way (and a scan's per-step pieces); it may answer a
+    compute made before that equals ``c``. ``finish.alone(c)``: the gradient of a requested
+    input, which stays a compute of its own (two inputs with equal gradients still get one
+    each, both reading the shared adjoint)."""
+
+    def __call__(self, c: Compute) -> Compute: ...
+
+    def alone(self, c: Compute) -> Compute: ...
+
+
+class Unchanged:
+    """The default ``Finish``: every compute as it is made (the scatter form)."""
+
+    def __call__(self, c: Compute) -> Compute:
+        return c
+
+    def alone(self, c: Compute) -> Compute:
+        return c
+
+
+UNCHANGED = Unchanged()
+
+
 def gradient(
     output: Tensor,
     inputs,
     head: Tensor | None = None,
-    finish: Callable[[Compute], Compute] = lambda t: t,
+    finish: Finish = UNCHANGED,
     independent: bool = False,
 ) -> list[Tensor]:
     """Reverse-mode derivatives of ``output`` (see ``tegrad.gradient``). With
     ``independent``, inputs are leaves: partial derivatives, with no path through an
     input to another (the step graphs of scans need this: their whole-tensor inputs may
-    depend on each other outside the step)."""
+    depend on each other outside the step). ``finish`` is applied to every compute made
+    (see ``Finish``; by default none is changed)."""
     inputs = list(inputs)
     for x in inputs:
         if not isinstance(x, Tensor):
@@ -333,7 +362,7 @@ def gradient(
             p, jv = axes_for(t)
             body = _summed(parts)
             # an input's gradient is a compute of its own, even if equal to another's
-            make = getattr(finish, "alone", finish) if t in requested else finish
+            make = finish.alone if t in requested else finish
             adjoint[t] = make(make_compute(prefix_shape + t.shape, p + jv, body,
                                            f"{output.name}.grad.{t.name}"))
         if not isinstance(t, Compute) or t in leaves:
@@ -381,7 +410,7 @@ def _on_path(order: list[Tensor], inputs: set[Tensor]) -> set[Tensor]:
     return reach
 
 
-def _collect(t, parts, adjoint, axes_for, finish) -> None:
+def _collect(t, parts, adjoint, axes_for, finish: Finish) -> None:
     """The adjoint of a scan output: the sum of the contributions that reached it."""
     if parts:
         _, jv = axes_for(t)
@@ -397,11 +426,9 @@ def _summed(parts: list[Expr]) -> Expr:
 
 
 def _scan_step(t, parts, prefix_shape, adjoint, pending, scans_done, on_path, axes_for,
-               finish) -> None:
+               finish: Finish) -> None:
     """Collect the adjoint of one scan output; after the last of its scan's outputs, run
     the scan's rule (``scan_rules.scan_vjp``) and pass its contributions on."""
-    from .scan_rules import scan_vjp
-
     if prefix_shape:
         raise NotImplementedError(
             f"gradient through scan {t.op.name} with a head prefix {prefix_shape} (or "

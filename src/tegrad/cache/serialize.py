@@ -48,6 +48,7 @@ from ..ir.expr import (
     Combiner,
     Const,
     Expr,
+    Op,
     Read,
     Reduce,
     Select,
@@ -55,9 +56,10 @@ from ..ir.expr import (
     Var,
     fresh_uid,
 )
-from ..ir.scan import LAG_READS, STATE_OF, STEP_VALUES, ScanOp, ScanOutput, StepGraph
-from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.scan import STATE_OF, STEP_VALUES, ScanOp, StepGraph
+from ..ir.tensor import Compute, Placeholder, ScanOutput, Tensor
 from ..ir.traverse import topo_tensors
+from ..ir.verify import LAG_READS
 
 REGISTRIES = (LAG_READS, STATE_OF, STEP_VALUES)
 _BUILTIN = {c.kind: c for c in (SUM, PROD, MAX, MIN, ARGMAX, ARGMIN)}
@@ -107,7 +109,10 @@ class _Writer(pickle.Pickler):
         """One object for equal strings and flat tuples. Pickle writes an object seen
         before as a reference to it, so without this the bytes would depend on whether
         two equal names are one object or two. Tuples holding floats (``0.0 == -0.0``),
-        bools (``True == 1``) or tuples are left as they are."""
+        bools (``True == 1``) or tuples are left as they are. An ``Op`` is written as its
+        name (the node built from it holds the ``Op`` again)."""
+        if isinstance(value, Op):
+            value = value.value
         if type(value) is str or (type(value) is tuple and not any(
                 type(x) in (float, bool, tuple) for x in value)):
             try:

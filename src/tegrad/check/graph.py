@@ -38,8 +38,7 @@ from ..ir.expr import (
     binary,
     unary,
 )
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Placeholder, Tensor, make_compute, placeholder
+from ..ir.tensor import Compute, Placeholder, ScanOutput, Tensor, make_compute, placeholder
 from ..ir.traverse import children, free_vars, substitute, topo_tensors, transform, walk
 
 F64 = "float64"

@@ -28,8 +28,7 @@ from ..ir import dtype as dt
 from ..ir.bounds import grid_env
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, unary
 from ..ir.numpy_ops import BINARY
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.tensor import Compute, Placeholder, ScanOutput, Tensor
 from ..ir.traverse import free_vars, topo_tensors, walk
 
 PATTERN_LIMIT = 1 << 22  # grid points enumerated for one read

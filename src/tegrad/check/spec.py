@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .checker import check_gradient, check_vjp
+
 EXPRESSION_REQUIRED = ("output", "inputs")
 EXPRESSION_OPTIONAL = ("grads", "head", "values")
 CALLABLE_REQUIRED = ("forward", "backward", "args")
@@ -42,8 +44,6 @@ def check_call(spec: object) -> tuple[Any, tuple, dict]:
             f"mixes the tensor-expression keys ({_keys(sorted(expression))}) with the "
             f"callable keys ({_keys(sorted(callable_form))}); use one form"
         )
-    from . import check_gradient, check_vjp
-
     if callable_form:
         _require(keys, CALLABLE_REQUIRED, ())
         return check_vjp, (spec["forward"], spec["backward"], spec["args"]), {}

@@ -24,7 +24,7 @@ from rich.text import Text
 
 from ..check import FAIL, INCONCLUSIVE, PASS, InputResult
 from .discover import Discovery, PairFunction
-from .render import brief, run_facts, skipped_notes, totals
+from .facts import brief, run_facts, skipped_notes, totals
 from .runner import ERROR, Outcome
 
 STYLES = {PASS: "bold green", FAIL: "bold red", INCONCLUSIVE: "bold yellow", ERROR: "bold red"}

@@ -1,16 +1,18 @@
-"""Eager use: ``tg.Variable`` (``variable.py``), operations as compiled templates
-(``dispatch.py``), ``tg.GradientTape`` (``tape.py``), and the function transforms
-``tg.grad``, ``tg.value_and_grad``, ``tg.jit`` and function-style ``tg.jvp``
-(``functional.py``). ``eager_aware`` makes a tensor function (``tg.nn.*``, ``tg.exp``...)
-run eagerly when it is given Variables."""
+"""Eager use: ``tg.Variable`` and its operations as compiled templates (``variable.py``),
+``tg.GradientTape`` (``tape.py``), and the function transforms ``tg.grad``,
+``tg.value_and_grad``, ``tg.jit`` and function-style ``tg.jvp`` (``functional.py``).
+``eager_aware`` makes a tensor function run eagerly when it is given Variables;
+``wrap_namespace`` does so for a whole library from above it (``tegrad/__init__.py``
+wraps ``tg.nn`` and the math intrinsics: ``nn`` itself knows nothing of eager use)."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, MutableMapping
 
 import numpy as np
 
-from .variable import Variable
+from .variable import Variable, apply
 
 
 def _holds_variable(value) -> bool:
@@ -31,12 +33,11 @@ def _as_operand(value):
 
 
 def eager_aware(fn):
-    """``fn`` unchanged on tensors; on Variables, one eager operation (``dispatch.apply``)."""
+    """``fn`` unchanged on tensors; on Variables, one eager operation (``variable.apply``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if any(_holds_variable(a) for a in args) or any(
                 _holds_variable(v) for v in kwargs.values()):
-            from .dispatch import apply
             args = tuple(_as_operand(a) for a in args)
             kwargs = {k: _as_operand(v) for k, v in kwargs.items()}
             return apply(fn, *args, **kwargs)
@@ -45,4 +46,14 @@ def eager_aware(fn):
     return wrapper
 
 
-__all__ = ["Variable", "eager_aware"]
+def wrap_namespace(namespace: MutableMapping[str, object], names: Iterable[str]) -> None:
+    """Replace each of ``names`` in ``namespace`` (a module's ``vars()``) by its
+    ``eager_aware`` wrapper: the tensor functions there then also run eagerly on Variables,
+    one compiled template each, and pass tensors through unchanged. The eager layer wraps
+    the pure library from above, as autograd's ``numpy_wrapper.wrap_namespace`` wraps
+    NumPy."""
+    for name in names:
+        namespace[name] = eager_aware(namespace[name])
+
+
+__all__ = ["Variable", "eager_aware", "wrap_namespace"]

@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import NotDifferentiableError
-from ..interop.graph import GraphFunction
+from ..function import GraphFunction
 from ..ir.dtype import is_float
 from ..ir.tensor import placeholder
-from .dispatch import Tracer, run
 from .tape import GradientTape
-from .variable import Variable
+from .variable import Tracer, Variable, run
 
 
 def _variables(args) -> list[Variable]:

@@ -7,18 +7,23 @@ is cached by it) and the index arrays it carries; ``getitem`` builds the compute
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
+from ..ir.compute import compute
 from ..ir.expr import cast
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.tensor import Tensor, unique_name
 
 
-def canonical_key(key, shape: tuple[int, ...]) -> tuple[tuple, list]:
+def canonical_key(key, shape: tuple[int, ...], index_variable: Callable[[object, int], Any]
+                  ) -> tuple[tuple, list]:
     """``(entries, arrays)``: entries ``("i", k)``, ``("s", start, step, length)``,
     ``("n",)``, ``("a", position)``, one per output-shaping item, every input axis
-    covered; ``arrays`` the integer index Variables (``("a", k)`` is ``arrays[k]``)."""
-    from .variable import Variable
-
+    covered; ``arrays`` the integer index Variables (``("a", k)`` is ``arrays[k]``).
+    ``index_variable(item, size)`` is the Variable an index-array item (a list, an array,
+    a Variable) stands for, None for any other item (``variable.index_variable``)."""
     items = key if isinstance(key, tuple) else (key,)
     used = sum(1 for k in items if k is not None and k is not Ellipsis)
     if sum(1 for k in items if k is Ellipsis) > 1:
@@ -43,13 +48,7 @@ def canonical_key(key, shape: tuple[int, ...]) -> tuple[tuple, list]:
                 raise IndexError(f"index {k} is out of bounds for axis {axis} with size {n}")
             entries.append(("i", int(k) % n))
             axis += 1
-        elif isinstance(k, (list, np.ndarray, Variable)):
-            if isinstance(k, Variable):
-                index = k
-            else:  # a concrete array: negative entries count from the end, as in NumPy
-                raw = np.asarray(k)
-                raw = np.where(raw < 0, raw + shape[axis], raw) if raw.dtype.kind == "i" else raw
-                index = Variable(raw, trainable=False)
+        elif (index := index_variable(k, shape[axis])) is not None:
             if not index.dtype.startswith("int"):
                 raise IndexError(f"index arrays must be integers, got {index.dtype} (boolean "
                                  "masks are not supported: use tg.nn.where)")

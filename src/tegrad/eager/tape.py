@@ -4,7 +4,7 @@
         y = x ** 3 + x ** 2 + x + 5
     dy = tape.gradient(y, x)
 
-While a tape is active, every operation (``dispatch.run``) is recorded on it when one
+While a tape is active, every operation (``variable.run``) is recorded on it when one
 of its inputs is *connected*: watched (``tape.watch``, or a trainable Variable accessed
 while ``watch_accessed_variables``), or an output of an operation already recorded.
 
@@ -26,11 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import NotDifferentiableError
-from ..interop.graph import GraphFunction
+from ..function import GraphFunction
 from ..ir.dtype import is_float
-from .variable import Variable
-
-ACTIVE: list[GradientTape] = []
+from .variable import TAPES, Variable, run
 
 
 @dataclass
@@ -45,11 +43,6 @@ class Record:
         array the operation read (so an outer tape connects it), else that array."""
         return [v if v.value is a else Variable(a, trainable=False)
                 for v, a in zip(self.inputs, self.values, strict=True)]
-
-
-def record(graph: GraphFunction, inputs: list[Variable], outputs: list[Variable]) -> None:
-    for tape in ACTIVE:
-        tape._record(graph, inputs, outputs)
 
 
 def _flatten(value) -> tuple[list, object]:
@@ -95,26 +88,26 @@ class GradientTape:
     # -- context ----------------------------------------------------------------------
     def __enter__(self) -> GradientTape:
         self._recording = True
-        ACTIVE.append(self)
+        TAPES.append(self)
         return self
 
     def __exit__(self, *exc) -> None:
         self._recording = False
-        if self in ACTIVE:
-            ACTIVE.remove(self)
+        if self in TAPES:
+            TAPES.remove(self)
 
     @contextmanager
     def stop_recording(self):
         """Operations inside are not recorded on this tape."""
         if not self._recording:
             raise ValueError("stop_recording: the tape is not recording")
-        ACTIVE.remove(self)
+        TAPES.remove(self)
         self._recording = False
         try:
             yield
         finally:
             self._recording = True
-            ACTIVE.append(self)
+            TAPES.append(self)
 
     def reset(self) -> None:
         """Forget everything recorded (the tape keeps recording if it was)."""
@@ -167,12 +160,12 @@ class GradientTape:
         heads = self._heads(targets, output_gradients)
         paused = self._recording
         if paused:  # the backward pass itself is not recorded on this tape
-            ACTIVE.remove(self)
+            TAPES.remove(self)
         try:
             adjoints = self._backward(targets, heads)
         finally:
             if paused:
-                ACTIVE.append(self)
+                TAPES.append(self)
         out = []
         for s in source_list:
             g = adjoints.get(id(s))
@@ -199,8 +192,6 @@ class GradientTape:
         return out
 
     def _backward(self, targets, heads) -> dict[int, Variable]:
-        from .dispatch import run
-
         adjoints: dict[int, Variable] = {}
         for t, h in zip(targets, heads, strict=True):
             if t.dtype.startswith("float"):

@@ -14,14 +14,36 @@ so ``x * lr`` is one compiled kernel whatever ``lr`` is.
 ``trainable`` Variables (those a user creates) are watched automatically by a tape
 that accesses them; the results of operations are not trainable (TensorFlow's
 Variable/Tensor distinction).
+
+Running one operation on Variables (every operator and method here, ``eager_aware``
+functions, the tape's backward) is ``apply(fn, *args, **kwargs)``: ``fn`` builds tensors
+from tensors (``tg.nn.conv2d``, an elementwise op...). The Variables among the arguments
+(also inside lists and tuples) become placeholders of their shapes and dtypes;
+everything else is a static argument. ``function.trace`` caches the traced
+``GraphFunction`` by (fn, shapes, dtypes, static arguments), so a template is traced,
+simplified and planned once and then only run. The outputs are new Variables, and the
+operation is recorded on every active tape (``TAPES``, which ``tape.GradientTape``
+enters).
+
+While a whole function is traced (``tg.jit``, ``tg.jvp``: a ``Tracer`` is active and an
+argument is symbolic), ``fn`` is called on the tensors themselves, building one graph;
+concrete Variables met then (constants, captured weights) become placeholders of the
+traced graph, fed with their values when it runs.
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Sequence
 
 import numpy as np
+
+from .. import nn
+from ..function import GraphFunction, split_leaves, trace
+from ..ir.broadcast import elementwise
+from ..ir.tensor import Tensor, placeholder
+from .indexing import astype, canonical_key, getitem
 
 _NAMES = itertools.count()
 
@@ -138,8 +160,6 @@ class Variable:
 
     # -- operators ------------------------------------------------------------------------
     def _binary(self, op, other, reverse=False):
-        from .dispatch import apply
-
         other = operand(other, self)
         a, b = (other, self) if reverse else (self, other)
         if op == "div" and not a.dtype.startswith("float") and not b.dtype.startswith("float"):
@@ -197,50 +217,39 @@ class Variable:
     __hash__ = object.__hash__
 
     def __neg__(self):
-        from .dispatch import apply
         return apply(operator.neg, self)
 
     def __pos__(self):
         return self
 
     def __matmul__(self, o):
-        from .. import nn
         return nn.matmul(self, operand(o, self))
 
     def __rmatmul__(self, o):
-        from .. import nn
         return nn.matmul(operand(o, self), self)
 
     def __getitem__(self, key):
-        from .dispatch import apply
-        from .indexing import canonical_key, getitem
-        key, arrays = canonical_key(key, self.shape)
+        key, arrays = canonical_key(key, self.shape, index_variable)
         return apply(getitem, self, *arrays, key=key)
 
     # -- NumPy-style methods --------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
-        from .. import nn
         return nn.sum(self, dim=_dims(axis), keepdim=keepdims)
 
     def mean(self, axis=None, keepdims=False):
-        from .. import nn
         return nn.mean(self, dim=_dims(axis), keepdim=keepdims)
 
     def max(self, axis=None, keepdims=False):
-        from .. import nn
         return nn.amax(self, dim=_dims(axis) if axis is not None else (), keepdim=keepdims)
 
     def min(self, axis=None, keepdims=False):
-        from .. import nn
         return nn.amin(self, dim=_dims(axis) if axis is not None else (), keepdim=keepdims)
 
     def reshape(self, *shape):
-        from .. import nn
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape
         return nn.reshape(self, tuple(shape))
 
     def transpose(self, *axes):
-        from .. import nn
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], tuple | list) else axes
         return nn.permute(self, tuple(axes) if axes else tuple(reversed(range(self.ndim))))
 
@@ -249,8 +258,6 @@ class Variable:
         return self.transpose()
 
     def astype(self, dtype):
-        from .dispatch import apply
-        from .indexing import astype
         return apply(astype, self, dtype=str(np.dtype(dtype)))
 
 
@@ -273,7 +280,6 @@ def operand(value, like: Variable) -> Variable:
 
 def _elementwise(op):
     def fn(a, b):
-        from ..ir.broadcast import elementwise
         return elementwise(op, a, b)
     fn.__name__ = f"elementwise_{op}"
     return fn
@@ -281,3 +287,86 @@ def _elementwise(op):
 
 ELEMENTWISE = {op: _elementwise(op) for op in
                ("add", "sub", "mul", "div", "pow", "lt", "le", "eq", "ne")}
+
+
+def index_variable(key, size: int) -> Variable | None:
+    """An integer array in an index key (a list, an array or a Variable) as a Variable;
+    None for any other item. A concrete array's negative entries count from the end
+    (``size``), as in NumPy."""
+    if isinstance(key, Variable):
+        return key
+    if not isinstance(key, (list, np.ndarray)):
+        return None
+    raw = np.asarray(key)
+    raw = np.where(raw < 0, raw + size, raw) if raw.dtype.kind == "i" else raw
+    return Variable(raw, trainable=False)
+
+
+# -- running one operation (see the module docstring) --------------------------------------
+
+
+TRACERS: list[Tracer] = []
+# the tapes recording, innermost last (``tape.GradientTape`` enters and leaves itself)
+TAPES: list = []
+
+
+class Tracer:
+    """The state of one whole-function trace: captured constants."""
+
+    def __init__(self):
+        self.captured: dict[int, tuple[Variable, Tensor]] = {}
+
+    def tensor_of(self, v: Variable) -> Tensor:
+        if v.tensor is not None:
+            return v.tensor
+        found = self.captured.get(id(v))
+        if found is None:
+            p = placeholder(v.shape, v.dtype, name=f"captured{len(self.captured)}")
+            found = self.captured[id(v)] = (v, p)
+        return found[1]
+
+    def __enter__(self) -> Tracer:
+        TRACERS.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        TRACERS.remove(self)
+
+
+def is_variable(value) -> bool:
+    return isinstance(value, Variable)
+
+
+def apply(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` on the Variables' values (see the module docstring)."""
+    leaves, spec_args, spec_kwargs = split_leaves(args, kwargs, is_variable)
+    if TRACERS and any(v.symbolic for v in leaves):
+        return _symbolic(fn, args, kwargs)
+    graph = trace(fn, spec_args, spec_kwargs)
+    outs = run(graph, leaves)
+    return outs[0] if graph.single else tuple(outs)
+
+
+def run(graph: GraphFunction, inputs: Sequence[Variable]) -> list[Variable]:
+    """Run a traced graph on Variables and record it on the active tapes."""
+    values = graph(*(v.numpy() for v in inputs))
+    outs = [Variable._result(np.asarray(a)) for a in values]
+    for tape in TAPES:
+        tape._record(graph, list(inputs), outs)
+    return outs
+
+
+def _symbolic(fn, args, kwargs):
+    tracer = TRACERS[-1]
+
+    def to_tensor(value):
+        if isinstance(value, Variable):
+            return tracer.tensor_of(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(to_tensor(v) for v in value)
+        return value
+
+    result = fn(*to_tensor(args), **{k: to_tensor(v) for k, v in kwargs.items()})
+    if isinstance(result, (list, tuple)):
+        return tuple(Variable._result(tensor=t) for t in result)
+    return Variable._result(tensor=result)

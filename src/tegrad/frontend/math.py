@@ -9,10 +9,11 @@ from __future__ import annotations
 from functools import reduce as _fold
 
 from ..ir.broadcast import elementwise, map_unary
+from ..ir.compute import compute
 from ..ir.expr import Expr, as_expr, binary, select, unary
 from ..ir.expr import cast as _cast
 from ..ir.expr import const as _const
-from ..ir.tensor import Tensor
+from ..ir.tensor import Tensor, unique_name
 
 
 def _unary(op):
@@ -99,7 +100,5 @@ def const(value, dtype: str | None = None) -> Expr:
 
 def cast(x, dtype: str):
     if isinstance(x, Tensor):
-        from ..ir.tensor import compute, unique_name
-
         return compute(x.shape, lambda *i: _cast(x[i], dtype), name=unique_name("T_cast"))
     return _cast(as_expr(x), dtype)

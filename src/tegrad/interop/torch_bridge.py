@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .graph import GraphFunction, split_leaves, trace
+from ..function import GraphFunction, split_leaves, trace
 
 _SUPPORTED = ("float32", "float64", "int32", "int64", "bool")
 

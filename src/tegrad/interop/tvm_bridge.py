@@ -26,30 +26,10 @@ changed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import numpy as np
 
-_TVM: SimpleNamespace | None = None
-
-
-def load_tvm() -> SimpleNamespace:
-    """``tvm``, ``te`` and the TIR namespace (``tvm.tirx``, or ``tvm.tir`` before 0.27)."""
-    global _TVM
-    if _TVM is None:
-        try:
-            import tvm
-            from tvm import te
-        except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError(
-                "tg.from_tvm / tg.to_tvm need Apache TVM: pip install apache-tvm"
-            ) from error
-        try:
-            from tvm import tirx as tir
-        except ImportError:  # pragma: no cover - TVM before 0.27
-            from tvm import tir
-        _TVM = SimpleNamespace(tvm=tvm, te=te, tir=tir)
-    return _TVM
+from .tvm_ops import load_tvm  # (``load_tvm`` is also imported from here)
 
 
 def from_tvm(tensors):

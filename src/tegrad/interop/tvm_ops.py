@@ -12,12 +12,14 @@
     round, nearbyint         round (half to even: TVM's llvm lowering of both, NumPy's)
 
 ``fold`` evaluates a constant expression with the ops' NumPy meaning (``numpy_ops``):
-``tvm_read`` probes 2-value reducers with it to recognize argmax and argmin.
+``tvm_read`` probes 2-value reducers with it to recognize argmax and argmin. ``load_tvm``
+imports TVM itself, on the first call (``tvm_read``, ``tvm_write`` and ``build_tvm``).
 """
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -25,6 +27,28 @@ from ..ir import dtype as dt
 from ..ir.bounds import interval
 from ..ir.expr import Binary, Cast, Const, Expr, Select, Unary, binary, const, select, unary
 from ..ir.numpy_ops import BINARY, UNARY
+
+_TVM: SimpleNamespace | None = None
+
+
+def load_tvm() -> SimpleNamespace:
+    """``tvm``, ``te`` and the TIR namespace (``tvm.tirx``, or ``tvm.tir`` before 0.27)."""
+    global _TVM
+    if _TVM is None:
+        try:
+            import tvm
+            from tvm import te
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError(
+                "tg.from_tvm / tg.to_tvm need Apache TVM: pip install apache-tvm"
+            ) from error
+        try:
+            from tvm import tirx as tir
+        except ImportError:  # pragma: no cover - TVM before 0.27
+            from tvm import tir
+        _TVM = SimpleNamespace(tvm=tvm, te=te, tir=tir)
+    return _TVM
+
 
 SAME_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "tanh", "sigmoid", "sin",
                "cos", "erf", "floor", "ceil")

@@ -56,8 +56,7 @@ from ..ir.expr import (
 )
 from ..ir.tensor import Tensor, make_compute, placeholder
 from ..ir.verify import verify_compute
-from .tvm_bridge import load_tvm
-from .tvm_ops import RENAMED_UNARY, SAME_UNARY, composite, division, fold
+from .tvm_ops import RENAMED_UNARY, SAME_UNARY, composite, division, fold, load_tvm
 
 _CMP = {"LT": ("lt", False), "LE": ("le", False), "GT": ("lt", True), "GE": ("le", True),
         "EQ": ("eq", False), "NE": ("ne", False)}

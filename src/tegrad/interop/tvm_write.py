@@ -57,11 +57,10 @@ from ..ir.expr import (
     Var,
     split_conjunction,
 )
-from ..ir.scan import ScanOutput
-from ..ir.tensor import Compute, Placeholder, Tensor
+from ..ir.tensor import Compute, Placeholder, ScanOutput, Tensor
 from ..ir.traverse import topo_tensors, walk
-from .tvm_bridge import load_tvm
 from .tvm_hoist import hoist_reductions
+from .tvm_ops import load_tvm
 
 _INTRINSIC = ("exp", "log", "log1p", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf",
               "floor", "ceil", "abs")

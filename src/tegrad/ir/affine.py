@@ -86,3 +86,19 @@ def _order(atom: Expr) -> tuple:
     if isinstance(atom, Var):
         return (0, atom.uid)
     return (1, repr(atom))
+
+
+def time_lag(index: Expr, t: Var) -> int | None:
+    """``c`` when ``index`` is ``t - c``; None otherwise."""
+    coeffs, const = linearize(index)
+    if coeffs == {t: 1}:
+        return -const
+    return None
+
+
+def time_affine(index: Expr, t: Var) -> tuple[int, int] | None:
+    """``(a, b)`` when ``index`` is ``a t + b`` with ``a != 0``; None otherwise."""
+    coeffs, const = linearize(index)
+    if len(coeffs) == 1 and t in coeffs:
+        return coeffs[t], const
+    return None

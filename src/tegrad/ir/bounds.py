@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, node_memo
 from .numpy_ops import BINARY
+from .traverse import walk
 
 Interval = tuple[int, int] | None
 ENUMERATION_LIMIT = 1 << 21
@@ -89,9 +90,6 @@ def form_interval(coeffs: dict, k: int) -> Interval:
 def is_pure_index(e: Expr) -> bool:
     """True when ``e`` depends only on variables (no reads, no reductions, no floats).
     Memoised on the node: executors ask it on every run."""
-    from .expr import node_memo
-    from .traverse import walk
-
     memo = node_memo(e)
     found = memo.get("pure_index")
     if found is None:

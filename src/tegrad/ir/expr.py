@@ -9,11 +9,16 @@ Nodes:
   Var(name, uid, dtype, lo, extent)   an index or reduction variable on [lo, lo+extent)
   Const(value, dtype)
   Read(tensor, indices)               tensor[i0, i1, ...]
-  Unary(op, a, dtype)                 exp, log, neg, not, ...
+  Unary(op, a, dtype)                 exp, log, neg, not, ...   (op: an ``Op``)
   Binary(op, a, b, dtype)             add, mul, floordiv, max, lt, and, ...
   Select(cond, a, b, dtype)           if_then_else
   Cast(a, dtype)
   Reduce(combiner, source, axes, where, dtype)
+
+and ``Tensor``, the base of the tensor nodes (``tensor.py``) that a ``Read`` reads.
+Printing (``repr``) and the arithmetic of whole tensors build on this module, so the
+modules that define them give them to the nodes: ``printer.py`` and ``broadcast.py``
+(``ir/__init__.py`` imports both with the package).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import itertools
 import math
 import weakref
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar
 
 from . import dtype as dt
@@ -64,6 +70,56 @@ def _key_of(value: object) -> object:
     return value
 
 
+class Op(StrEnum):
+    """Every scalar op of a ``Unary`` or ``Binary`` node (their ``op``). A str enum, one
+    whose ``str`` and f-string are the name (``class Op(str, Enum)`` would format as
+    ``Op.ADD``): ``Op.ADD == "add"`` and hashes like it, so the passes that test
+    ``e.op == "add"`` and the tables keyed by name (``numpy_ops``, the partials, the C
+    renderer) take it as the name. ``tests/test_op_tables.py`` checks that every op is in
+    every table. A node given a name as a str holds its ``Op``."""
+
+    # unary, float-valued (an integer operand is cast to float32)
+    EXP = "exp"
+    LOG = "log"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    SIN = "sin"
+    COS = "cos"
+    ERF = "erf"
+    # unary, of the operand's dtype
+    NEG = "neg"
+    ABS = "abs"
+    SIGN = "sign"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ROUND = "round"
+    STOP_GRADIENT = "stop_gradient"
+    # unary, of a condition
+    NOT = "not"
+    # binary arithmetic
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    FLOORDIV = "floordiv"
+    FLOORMOD = "floormod"
+    POW = "pow"
+    MAX = "max"
+    MIN = "min"
+    # comparisons (bool-valued)
+    LT = "lt"
+    LE = "le"
+    EQ = "eq"
+    NE = "ne"
+    # logic (of conditions)
+    AND = "and"
+    OR = "or"
+
+
 class Expr(metaclass=Interned):
     """Base of scalar expressions. Python operators build new nodes."""
 
@@ -73,61 +129,61 @@ class Expr(metaclass=Interned):
 
     # arithmetic -------------------------------------------------------------
     def __add__(self, other):
-        return binary("add", self, other)
+        return binary(Op.ADD, self, other)
 
     def __radd__(self, other):
-        return binary("add", other, self)
+        return binary(Op.ADD, other, self)
 
     def __sub__(self, other):
-        return binary("sub", self, other)
+        return binary(Op.SUB, self, other)
 
     def __rsub__(self, other):
-        return binary("sub", other, self)
+        return binary(Op.SUB, other, self)
 
     def __mul__(self, other):
-        return binary("mul", self, other)
+        return binary(Op.MUL, self, other)
 
     def __rmul__(self, other):
-        return binary("mul", other, self)
+        return binary(Op.MUL, other, self)
 
     def __truediv__(self, other):
-        return binary("div", self, other)
+        return binary(Op.DIV, self, other)
 
     def __rtruediv__(self, other):
-        return binary("div", other, self)
+        return binary(Op.DIV, other, self)
 
     def __floordiv__(self, other):
-        return binary("floordiv", self, other)
+        return binary(Op.FLOORDIV, self, other)
 
     def __rfloordiv__(self, other):
-        return binary("floordiv", other, self)
+        return binary(Op.FLOORDIV, other, self)
 
     def __mod__(self, other):
-        return binary("floormod", self, other)
+        return binary(Op.FLOORMOD, self, other)
 
     def __rmod__(self, other):
-        return binary("floormod", other, self)
+        return binary(Op.FLOORMOD, other, self)
 
     def __pow__(self, other):
-        return binary("pow", self, other)
+        return binary(Op.POW, self, other)
 
     def __rpow__(self, other):
-        return binary("pow", other, self)
+        return binary(Op.POW, other, self)
 
     def __neg__(self):
-        return unary("neg", self)
+        return unary(Op.NEG, self)
 
     def __lt__(self, other):
-        return binary("lt", self, other)
+        return binary(Op.LT, self, other)
 
     def __le__(self, other):
-        return binary("le", self, other)
+        return binary(Op.LE, self, other)
 
     def __gt__(self, other):
-        return binary("lt", other, self)
+        return binary(Op.LT, other, self)
 
     def __ge__(self, other):
-        return binary("le", other, self)
+        return binary(Op.LE, other, self)
 
     def __bool__(self):
         raise TypeError(
@@ -137,10 +193,7 @@ class Expr(metaclass=Interned):
 
     __hash__ = object.__hash__
 
-    def __repr__(self) -> str:
-        from .printer import format_expr
-
-        return format_expr(self)
+    # __repr__: index notation, given by printer.py (it prints every node class below)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
@@ -183,7 +236,7 @@ class Const(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Read(Expr):
-    tensor: Any  # tegrad.ir.tensor.Tensor
+    tensor: Tensor
     indices: tuple[Expr, ...]
     dtype: str
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
@@ -191,19 +244,25 @@ class Read(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Unary(Expr):
-    op: str
+    op: Op
     a: Expr
     dtype: str
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
+
+    def __post_init__(self):
+        object.__setattr__(self, "op", Op(self.op))  # (given by name: its Op)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
 class Binary(Expr):
-    op: str
+    op: Op
     a: Expr
     b: Expr
     dtype: str
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
+
+    def __post_init__(self):
+        object.__setattr__(self, "op", Op(self.op))  # (given by name: its Op)
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
@@ -289,6 +348,61 @@ class Reduce(Expr):
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
 
+class Tensor(metaclass=Interned):
+    """Base of tensor nodes (``tensor.py``: Placeholder, Compute, ScanOutput), interned
+    like expressions. Indexing a tensor gives a ``Read``."""
+
+    __slots__ = ()
+    shape: tuple[int, ...]
+    dtype: str
+    name: str
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __iter__(self):
+        # without this, Python would iterate by calling T[0], T[1], ... forever (every
+        # integer is a valid symbolic read), e.g. topo_tensors(T) instead of ([T])
+        raise TypeError(f"tensor {self.name} is not iterable: read it as {self.name}[i, ...]")
+
+    def __getitem__(self, indices) -> Expr:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != len(self.shape):
+            raise IndexError(
+                f"{self.name} has {len(self.shape)} dimension(s) {self.shape}, "
+                f"read with {len(indices)} index(es)"
+            )
+        exprs = []
+        for axis, index in enumerate(indices):
+            if isinstance(index, slice):
+                raise TypeError(f"{self.name}: slices are not indices; write a compute")
+            e = as_expr(index)
+            if not dt.is_int(e.dtype):
+                raise TypeError(
+                    f"{self.name}: index {axis} is {e!r} of dtype {e.dtype}; "
+                    "indices must be integer expressions (cast with tegrad.cast)"
+                )
+            exprs.append(e)
+        return read(self, tuple(exprs))
+
+    __hash__ = object.__hash__
+
+    # __str__ (the program in index notation): printer.py; arithmetic (+ - * / ** and
+    # unary -, NumPy broadcasting, each a verified compute): broadcast.py
+
+    def __repr__(self) -> str:
+        return f"<tensor {self.name} {self.shape} {self.dtype}>"
+
+
 SUM = Combiner("sum", "sum")
 PROD = Combiner("prod", "prod")
 MAX = Combiner("max", "max")
@@ -299,24 +413,13 @@ ARGMIN = Combiner("argmin", "argmin")
 # ---------------------------------------------------------------------------
 # constructors with dtype rules and light constant folding
 
-UNARY_FLOAT = (
-    "exp",
-    "log",
-    "log1p",
-    "expm1",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "sigmoid",
-    "sin",
-    "cos",
-    "erf",
-)
-UNARY_SAME = ("neg", "abs", "sign", "floor", "ceil", "round", "stop_gradient")
-UNARY_OPS = (*UNARY_FLOAT, *UNARY_SAME, "not")
-ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "pow", "max", "min")
-COMPARE_OPS = ("lt", "le", "eq", "ne")
-LOGIC_OPS = ("and", "or")
+UNARY_FLOAT = (Op.EXP, Op.LOG, Op.LOG1P, Op.EXPM1, Op.SQRT, Op.RSQRT, Op.TANH, Op.SIGMOID,
+               Op.SIN, Op.COS, Op.ERF)
+UNARY_SAME = (Op.NEG, Op.ABS, Op.SIGN, Op.FLOOR, Op.CEIL, Op.ROUND, Op.STOP_GRADIENT)
+UNARY_OPS = (*UNARY_FLOAT, *UNARY_SAME, Op.NOT)
+ARITH_OPS = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.FLOORMOD, Op.POW, Op.MAX, Op.MIN)
+COMPARE_OPS = (Op.LT, Op.LE, Op.EQ, Op.NE)
+LOGIC_OPS = (Op.AND, Op.OR)
 BINARY_OPS = (*ARITH_OPS, *COMPARE_OPS, *LOGIC_OPS)
 
 
@@ -356,8 +459,6 @@ def as_expr(value: object, like: Expr | None = None) -> Expr:
         if like is not None and dt.is_float(like.dtype):
             return const(value, like.dtype)
         return const(value, "float32")
-    from .tensor import Tensor
-
     if isinstance(value, Tensor):
         raise TypeError(
             f"tensor {value.name} used as a scalar expression: index it, e.g. {value.name}[i, j]"

@@ -3,12 +3,15 @@
     C[i, j] = sum(A[i, k] * B[k, j], k in [0, 64))            # (32, 48) float32
 
 Variables that share a name inside one definition get a numeric suffix (``k``, ``k.1``).
+The nodes print through this module, which builds on theirs: it gives ``Expr`` its
+``repr`` (``format_expr``) and ``Tensor`` its ``str`` (``format_program``), at its end.
 """
 
 from __future__ import annotations
 
 from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
-from .tensor import Compute, Placeholder, Tensor
+from .tensor import Compute, Placeholder, ScanOutput, Tensor
+from .traverse import topo_tensors, walk
 
 _INFIX = {
     "or": ("||", 1),
@@ -78,8 +81,6 @@ class _Printer:
 
 
 def _var_names(t: Compute) -> dict[Var, str]:
-    from .traverse import walk
-
     seen: dict[Var, None] = dict.fromkeys(t.axes)
     for x in walk(t.body):
         if isinstance(x, Var):
@@ -96,8 +97,6 @@ def _var_names(t: Compute) -> dict[Var, str]:
 
 
 def format_tensor(t: Tensor) -> str:
-    from .scan import ScanOutput
-
     if isinstance(t, Placeholder):
         return f"{t.name} = placeholder({t.shape}, {t.dtype})"
     if isinstance(t, ScanOutput):
@@ -109,8 +108,6 @@ def format_tensor(t: Tensor) -> str:
 
 
 def format_program(outputs: list[Tensor]) -> str:
-    from .traverse import topo_tensors
-
     return "\n".join(format_tensor(t) for t in topo_tensors(outputs))
 
 
@@ -130,3 +127,17 @@ def _format_scan(t) -> str:
                                                                      strict=True))
     lines.append(f"    {updates})    # {t.shape} {t.dtype}")
     return "\n".join(lines)
+
+
+def _expr_repr(e: Expr) -> str:
+    return format_expr(e)
+
+
+def _tensor_str(t: Tensor) -> str:
+    return format_program([t])
+
+
+_expr_repr.__name__, _expr_repr.__qualname__ = "__repr__", "Expr.__repr__"
+_tensor_str.__name__, _tensor_str.__qualname__ = "__str__", "Tensor.__str__"
+Expr.__repr__ = _expr_repr
+Tensor.__str__ = _tensor_str

@@ -37,17 +37,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from . import dtype as dt
-from .affine import linearize
+from .affine import time_affine, time_lag
 from .expr import Expr, Read, Var, fresh_uid
-from .tensor import Compute, Placeholder, Tensor, make_compute, placeholder, unique_name
+from .tensor import (
+    Compute,
+    Placeholder,
+    ScanOutput,
+    Tensor,
+    make_compute,
+    placeholder,
+    unique_name,
+)
 from .traverse import substitute, tensors_read, topo_tensors, transform, walk
-from .verify import IRError
+from .verify import LAG_READS, IRError
 
-# Computes whose verification found reads of a placeholder's earlier rows (``P[t - c]``
-# with ``t`` the first axis): valid only as scan updates (the scan runs them from row
-# ``k``); the value is (placeholder, largest lag, message) for the error raised when such
-# a compute is built outside a scan.
-LAG_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# (ScanOutput, LAG_READS, time_lag and time_affine are also imported from here)
+
 # State placeholder -> the name of the scan it belongs to (reading it elsewhere is an error).
 STATE_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # A compute over the steps -> (scan op, step compute, flip): row ``r`` is that step
@@ -87,21 +92,6 @@ class ScanOp:
         if self._step is None:
             self._step = step_graph(self)
         return self._step
-
-
-@dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
-class ScanOutput(Tensor):
-    """State ``index`` of a scan: its whole history, shape ``(T,) + D``."""
-
-    op: ScanOp
-    index: int
-    shape: tuple[int, ...]
-    dtype: str
-    name: str
-    uid: int
-
-    def dependencies(self) -> list[Tensor]:
-        return [*self.op.inits, *self.op.external]
 
 
 def scan(init, update, state_placeholder, inputs=None, name: str | None = None, *,
@@ -230,22 +220,6 @@ def _check_body_compute(c: Compute, body, states, length: int, k: int) -> None:
                 f"scan: {c.name} reads {x.tensor.name} (computed inside the scan) at row "
                 f"{x.indices[0]!r}; computes of the same step are read at row t"
             )
-
-
-def time_lag(index: Expr, t: Var) -> int | None:
-    """``c`` when ``index`` is ``t - c``; None otherwise."""
-    coeffs, const = linearize(index)
-    if coeffs == {t: 1}:
-        return -const
-    return None
-
-
-def time_affine(index: Expr, t: Var) -> tuple[int, int] | None:
-    """``(a, b)`` when ``index`` is ``a t + b`` with ``a != 0``; None otherwise."""
-    coeffs, const = linearize(index)
-    if len(coeffs) == 1 and t in coeffs:
-        return coeffs[t], const
-    return None
 
 
 # -- the per-step graph --------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from .expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var, node_memo
-from .tensor import Compute, Tensor
+from .tensor import Compute, ScanOutput, Tensor
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -148,8 +148,6 @@ def topo_tensors(outputs: Iterable[Tensor], stop: Iterable[Tensor] = ()) -> list
     outputs of one scan come out together, after everything any of them depends on (the
     scan's body is not entered: it is the scan's own). Tensors in ``stop`` are listed but
     not entered (they are given)."""
-    from .scan import ScanOutput
-
     order: list[Tensor] = []
     seen: set[Tensor] = set()
     given = set(stop)

@@ -12,18 +12,27 @@ form ``lo <= index < hi``. Indices read from integer tensors are checked at run 
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
-from .affine import linearize
+from .affine import linearize, time_lag
 from .bounds import ENUMERATION_LIMIT, grid_values, interval, is_pure_index
 from .expr import Binary, Expr, Read, Reduce, Select, Unary, split_conjunction
 from .printer import format_expr
-from .tensor import Compute
+from .tensor import Compute, Placeholder
 from .traverse import children, free_vars, walk
 
 
 class IRError(ValueError):
     """A malformed tensor expression."""
+
+
+# Computes whose verification found reads of a placeholder's earlier rows (``P[t - c]``
+# with ``t`` the first axis): valid only as scan updates (the scan runs them from row
+# ``k``); the value is (placeholder, largest lag, message) for the error raised when such
+# a compute is built outside a scan.
+LAG_READS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def verify_compute(t: Compute) -> None:
@@ -93,11 +102,8 @@ class _Checker:
     def _earlier_row(self, e: Read, axis: int, index: Expr, error: IRError) -> bool:
         """A read ``P[t - c, ...]`` of a placeholder's earlier row, ``t`` the first axis:
         the form of a scan update's state read, out of bounds only for ``t < c``. It is
-        recorded (``scan.LAG_READS``) rather than refused; building such a compute
+        recorded (``LAG_READS``) rather than refused; building such a compute
         anywhere but as a scan update raises the error then."""
-        from .scan import LAG_READS, time_lag
-        from .tensor import Placeholder
-
         if axis != 0 or not isinstance(e.tensor, Placeholder) or not self.t.axes:
             return False
         lag = time_lag(index, self.t.axes[0])

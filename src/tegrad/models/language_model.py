@@ -11,9 +11,10 @@ so its ``state_dict`` loads by name. Initial states are zero, as torch's default
 
 from __future__ import annotations
 
+from .. import nn
 from ..frontend.math import const
-from ..ir.tensor import Tensor, compute, placeholder
-from ..nn import embedding, linear, lstm
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, placeholder
 
 
 def language_model_shapes(vocab: int, embed: int, hidden: int, layers: int = 2
@@ -42,13 +43,13 @@ def language_model(tokens: Tensor, params: dict[str, Tensor]) -> Tensor:
         raise ValueError(f"language_model: tokens must be (L, N) integers, got "
                          f"{tokens.shape} {tokens.dtype}")
     layers = sum(1 for name in params if name.startswith("lstm.weight_ih_l"))
-    x = embedding(tokens, params["embedding.weight"])
+    x = nn.embedding(tokens, params["embedding.weight"])
     batch = tokens.shape[1]
     for layer in range(layers):
         hidden = params[f"lstm.weight_hh_l{layer}"].shape[1]
         zero = compute((batch, hidden), lambda n, j, dtype=x.dtype: const(0.0, dtype),
                        name=f"zeros.l{layer}")
-        x, _, _ = lstm(x, zero, zero, params[f"lstm.weight_ih_l{layer}"],
+        x, _, _ = nn.lstm(x, zero, zero, params[f"lstm.weight_ih_l{layer}"],
                        params[f"lstm.weight_hh_l{layer}"], params[f"lstm.bias_ih_l{layer}"],
                        params[f"lstm.bias_hh_l{layer}"], name=f"lstm.l{layer}")
-    return linear(x, params["decoder.weight"], params["decoder.bias"])
+    return nn.linear(x, params["decoder.weight"], params["decoder.bias"])

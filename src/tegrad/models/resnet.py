@@ -13,8 +13,8 @@ statistics are not parameters here. ``width`` scales every channel count (torchv
 
 from __future__ import annotations
 
+from .. import nn
 from ..ir.tensor import Tensor, placeholder
-from ..nn import adaptive_avg_pool2d, batch_norm, conv2d, linear, max_pool2d, relu, reshape
 
 # blocks per stage, and whether the block is a bottleneck (expansion 4) or basic (1)
 ARCHITECTURES = {
@@ -73,8 +73,8 @@ def resnet_parameters(arch: str = "resnet18", num_classes: int = 1000, width: in
 
 def _conv_bn(x: Tensor, params: dict[str, Tensor], conv: str, bn: str, stride: int = 1,
              padding: int = 0) -> Tensor:
-    y = conv2d(x, params[f"{conv}.weight"], None, stride=stride, padding=padding)
-    return batch_norm(y, None, None, params[f"{bn}.weight"], params[f"{bn}.bias"],
+    y = nn.conv2d(x, params[f"{conv}.weight"], None, stride=stride, padding=padding)
+    return nn.batch_norm(y, None, None, params[f"{bn}.weight"], params[f"{bn}.bias"],
                       training=True)
 
 
@@ -87,22 +87,22 @@ def resnet(x: Tensor, params: dict[str, Tensor], arch: str = "resnet18") -> Tens
                                           params["conv1.weight"].shape[0])) - set(params))
     if missing:
         raise ValueError(f"resnet: parameters missing for {arch}: {', '.join(missing[:5])}")
-    y = relu(_conv_bn(x, params, "conv1", "bn1", stride=2, padding=3))
-    y = max_pool2d(y, 3, 2, 1)
+    y = nn.relu(_conv_bn(x, params, "conv1", "bn1", stride=2, padding=3))
+    y = nn.max_pool2d(y, 3, 2, 1)
     for stage, count in enumerate(blocks):
         for b in range(count):
             p = f"layer{stage + 1}.{b}"
             stride = 2 if stage > 0 and b == 0 else 1
             if bottleneck:
-                out = relu(_conv_bn(y, params, f"{p}.conv1", f"{p}.bn1"))
-                out = relu(_conv_bn(out, params, f"{p}.conv2", f"{p}.bn2", stride, 1))
+                out = nn.relu(_conv_bn(y, params, f"{p}.conv1", f"{p}.bn1"))
+                out = nn.relu(_conv_bn(out, params, f"{p}.conv2", f"{p}.bn2", stride, 1))
                 out = _conv_bn(out, params, f"{p}.conv3", f"{p}.bn3")
             else:
-                out = relu(_conv_bn(y, params, f"{p}.conv1", f"{p}.bn1", stride, 1))
+                out = nn.relu(_conv_bn(y, params, f"{p}.conv1", f"{p}.bn1", stride, 1))
                 out = _conv_bn(out, params, f"{p}.conv2", f"{p}.bn2", 1, 1)
             if f"{p}.downsample.0.weight" in params:
                 y = _conv_bn(y, params, f"{p}.downsample.0", f"{p}.downsample.1", stride)
-            y = relu(out + y)
-    y = adaptive_avg_pool2d(y, 1)
-    y = reshape(y, (y.shape[0], y.shape[1]))
-    return linear(y, params["fc.weight"], params["fc.bias"])
+            y = nn.relu(out + y)
+    y = nn.adaptive_avg_pool2d(y, 1)
+    y = nn.reshape(y, (y.shape[0], y.shape[1]))
+    return nn.linear(y, params["fc.weight"], params["fc.bias"])

@@ -4,12 +4,13 @@ Every function is named and called like its ``torch.nn.functional`` counterpart 
 ``torch`` one where F has none): same positional and keyword arguments and defaults,
 NCHW layouts, ``reduction=`` modes. They take tensors and return tensors built with
 ``tg.compute``; no backward is written by hand (``tg.gradient`` makes it). One module per
-family; ``tegrad.coverage.table`` holds a PyTorch-checked case for every function.
+family; ``tegrad.coverage.table`` holds a PyTorch-checked case for every function. They
+know nothing of eager use: ``tegrad/__init__.py`` wraps every function here so that it
+also runs on ``tg.Variable`` arguments (``eager.wrap_namespace``).
 """
 
 import importlib
 
-from ..eager import eager_aware
 from .activation import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .convolution import *  # noqa: F403
@@ -30,8 +31,4 @@ _FAMILIES = tuple(importlib.import_module(f"{__name__}.{family}") for family in 
     "activation", "attention", "convolution", "dropout", "indexing", "linalg", "loss",
     "normalization", "pooling", "recurrent", "reduction", "resampling", "shape", "softmax"))
 __all__ = sorted({name for family in _FAMILIES for name in family.__all__})
-
-# every function also runs eagerly on tg.Variable arguments (one compiled template each)
-for _name in __all__:
-    globals()[_name] = eager_aware(globals()[_name])
-del _name, eager_aware, importlib
+del importlib

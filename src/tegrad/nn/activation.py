@@ -15,7 +15,8 @@ from ..frontend.math import abs as _abs
 from ..frontend.math import erf, exp, expm1, if_then_else, log1p, maximum, minimum
 from ..frontend.math import sigmoid as _sigmoid
 from ..frontend.math import tanh as _tanh
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axis
 
 __all__ = ["celu", "elu", "gelu", "glu", "hardshrink", "hardsigmoid", "hardswish", "hardtanh",

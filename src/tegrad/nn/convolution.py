@@ -20,7 +20,8 @@ from ..frontend.math import all as tall
 from ..frontend.math import equal, if_then_else
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import ntuple
 
 __all__ = ["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from ..frontend.math import cast, if_then_else
 from ..ir.broadcast import broadcast_read, broadcast_shapes
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 
 __all__ = ["dropout"]
 

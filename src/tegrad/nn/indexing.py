@@ -12,7 +12,8 @@ from __future__ import annotations
 from ..frontend.math import equal, if_then_else, stop_gradient
 from ..ir import dtype as dt
 from ..ir.broadcast import broadcast_read, broadcast_shapes
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axis
 
 __all__ = ["embedding", "gather", "index_select", "masked_fill", "one_hot", "take", "where"]

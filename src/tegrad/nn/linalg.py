@@ -15,7 +15,8 @@ from ..frontend.math import if_then_else
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
 from ..ir.broadcast import broadcast_read, broadcast_shapes
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axis
 
 __all__ = ["addmm", "baddbmm", "batch_matmul", "bilinear", "bmm", "diagonal", "dot",

@@ -28,7 +28,8 @@ from ..frontend.reduce import argmax, reduce_axis
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import min as tmin
 from ..frontend.reduce import sum as tsum
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import ntuple
 
 __all__ = [

@@ -21,8 +21,9 @@ from __future__ import annotations
 from ..frontend.math import exp, if_then_else, sigmoid, tanh
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
+from ..ir.compute import compute
 from ..ir.scan import scan
-from ..ir.tensor import Tensor, compute, placeholder, unique_name
+from ..ir.tensor import Tensor, placeholder, unique_name
 
 __all__ = ["cumprod", "cumsum", "gru", "logcumsumexp", "lstm", "rnn"]
 

@@ -23,7 +23,8 @@ from ..frontend.reduce import prod as reduce_prod
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as reduce_sum
 from ..ir import dtype as dt
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axes, axis
 
 __all__ = ["amax", "amin", "argmax", "argmin", "count_nonzero", "max", "mean", "min",

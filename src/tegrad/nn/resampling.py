@@ -29,7 +29,8 @@ from ..frontend.math import cast, equal, floor, if_then_else, maximum, minimum
 from ..frontend.math import round as tround
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 
 __all__ = ["grid_sample", "interpolate", "pixel_shuffle", "pixel_unshuffle", "upsample",
            "upsample_bilinear", "upsample_nearest"]

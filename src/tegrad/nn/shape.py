@@ -14,7 +14,8 @@ from math import prod
 
 from ..frontend.math import all as tall
 from ..frontend.math import equal, if_then_else
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axes, axis
 
 __all__ = ["broadcast_to", "cat", "chunk", "concat", "expand", "flatten", "flip", "moveaxis",

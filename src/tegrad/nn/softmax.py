@@ -18,7 +18,8 @@ from ..frontend.math import cast, exp, if_then_else, log, stop_gradient
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import reduce_axis
 from ..frontend.reduce import sum as tsum
-from ..ir.tensor import Tensor, compute, unique_name
+from ..ir.compute import compute
+from ..ir.tensor import Tensor, unique_name
 from .arguments import axes, axis
 
 __all__ = ["log_softmax", "logsumexp", "softmax", "softmin"]

@@ -31,7 +31,7 @@ def height(e: Expr) -> int:
 
 def canonical_var(name: str, h: int, position: int, like: Var) -> Var:
     """The one variable named ``name`` with ``like``'s range and dtype at ``position`` of a
-    reduction of height ``h`` (height 0: a compute's output axes, ``common.py``)."""
+    reduction of height ``h`` (height 0: a compute's output axes, ``cse.py``)."""
     key = (name, h, position, like.lo, like.extent, like.dtype)
     out = _CANONICAL.get(key)
     if out is None:

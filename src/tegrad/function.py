@@ -1,4 +1,6 @@
-"""The framework-neutral core of the bridges: a traced graph, its VJP and JVP graphs.
+"""A traced function as a graph, with its VJP and JVP graphs: the framework-neutral core
+of eager use (``eager/``: each operation, ``tg.jit``, the tape's backward) and of the
+PyTorch and JAX bridges (``interop/``).
 
     f       (x_1..x_n)           -> (y_1..y_m)             GraphFunction
     f.vjp() (x_1..x_n, H_1..H_p) -> (x_bar_i for float x_i) H_k: one head per float y_k
@@ -31,13 +33,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..backends import build
-from ..backends.runtime import checked_feed, input_specs
-from ..backends.vjp import SplitVJP
-from ..differentiate import gradient, inner_product, jvp
-from ..frontend.math import const
-from ..ir import dtype as dt
-from ..ir.tensor import Tensor, compute, placeholder
+from .backends import build
+from .backends.runtime import checked_feed, input_specs
+from .backends.vjp import SplitVJP
+from .differentiate import gradient, inner_product, jvp
+from .frontend.math import const
+from .ir import dtype as dt
+from .ir.compute import compute
+from .ir.tensor import Tensor, placeholder
 
 
 class TensorSpec(NamedTuple):

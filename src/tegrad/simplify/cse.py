@@ -1,4 +1,4 @@
-"""Common computes: one compute for each distinct value a gradient builds.
+"""Common-compute elimination: one compute for each distinct value a gradient builds.
 
 Reverse mode writes one adjoint per tensor, and some come out equal. An LSTM's two bias
 gradients are the same sum of its gate gradients over the steps and the batch; the
@@ -31,9 +31,10 @@ def structure_key(c: Compute) -> tuple:
 
 
 class CommonComputes:
-    """``finish`` for reverse mode: simplify, then answer the first compute equal to it.
-    ``alone`` simplifies only: reverse mode makes each requested gradient with it, so that
-    two inputs with equal gradients still get a tensor each (both read the shared one)."""
+    """``finish`` for reverse mode (``autodiff.reverse.Finish``): simplify, then answer the
+    first compute equal to it. ``alone`` simplifies only: reverse mode makes each requested
+    gradient with it, so that two inputs with equal gradients still get a tensor each (both
+    read the shared one)."""
 
     def __init__(self, simplify: Callable[[Compute], Compute]):
         self.simplify = self.alone = simplify
