@@ -135,7 +135,7 @@ def test_softmax_backward_is_fused():
     assert forward.count("for (int r") == 2 and forward.count("reduction(+") == 1
     assert forward.count("expf(") == 1 and "row" in forward
     # the exp values go into the output's own row, which the last loop scales
-    # (lower/nest_build.KernelNest._row_buffers)
+    # (lower/nest_build.NestBuilder._row_buffers)
     assert re.search(r"float \*row\d+ = a0 \+ i0 \* 300L;", forward)
     assert backward.count("for (int r") == 1 and backward.count("reduction(+") == 1
     assert "expf(" not in backward
@@ -322,7 +322,7 @@ def stream_small():
                                   _concatenation_program, _grouped_program])
 def test_outputs_no_kernel_reads_later_are_streamed(make, stream_small):
     """Outputs that no later kernel reads are staged per iteration of the parallel loop
-    and streamed past the caches (``lower/nest_build.KernelNest._stage``); with the size limits
+    and streamed past the caches (``lower/nest_build.NestBuilder._stage``); with the size limits
     lowered, every kind of row loop does so and agrees with the NumPy backend (rows of
     4000 and 800 bytes: streams that start and end inside a cache line)."""
     inputs, outputs, streamed = make()

@@ -1,5 +1,5 @@
 """Every scalar op (``ir.expr.Op``) is in every table a new op must enter: its NumPy
-meaning (``ir/numpy_ops.py``, the reference), its C rendering (``backends/cpu/c_ops.py``),
+meaning (``ir/numpy_ops.py``, the reference), its C rendering (``backends/c/c_ops.py``),
 its derivative (``autodiff/partials.py``: a rule, or declared piecewise constant) and its
 printing (``ir/printer.py``). A missing entry fails here, naming the op and the table."""
 
@@ -9,7 +9,7 @@ import pytest
 
 import tegrad as tg
 from tegrad.autodiff.partials import PIECEWISE_CONSTANT, RULES
-from tegrad.backends.cpu import c_ops
+from tegrad.backends.c import c_ops
 from tegrad.ir.expr import UNARY_OPS, Binary, Op, Unary, binary, unary
 from tegrad.ir.numpy_ops import BINARY, UNARY
 from tegrad.ir.printer import format_expr

@@ -3,7 +3,7 @@
 ``T[i, j] = sum_k A[i, k] B[k, j]`` over 512 x 32 x 16 (written as a general kernel; the
 planner would give this product to BLAS) is, once ``nest_build.py`` has decided,
 
-    Kernel k0 (arguments T, A, B; T written)
+    LoopNest k0 (arguments T, A, B; T written)
       FlatLoop i0 over 512 (and the chunks of 64 columns), parallel
         ColumnAccumulators: 64 of float32, each 0
         Loop r0 over [0, 16), role column_reduce     the reduction outside the columns
@@ -71,7 +71,7 @@ class Assign:
 @dataclass(frozen=True, slots=True)
 class CheckIndex:
     """``name = value`` when ``0 <= value < extent``; else 0, and the first bad index
-    reported with the number ``slot`` (``Kernel.gathers[slot - 1]``)."""
+    reported with the number ``slot`` (``LoopNest.gathers[slot - 1]``)."""
 
     name: str
     value: Operand
@@ -319,7 +319,7 @@ class Gather:
 
 
 @dataclass(eq=False)
-class Kernel:
+class LoopNest:
     """The function ``name``: ``args`` (tensors; the first ``outputs`` written), its
     ``body`` and the checked reads ``gathers`` (``CheckIndex.slot`` numbers them)."""
 

@@ -60,8 +60,8 @@ from .nest import (
     ColumnSlot,
     CombinePartials,
     FlatLoop,
-    Kernel,
     Loop,
+    LoopNest,
     OpenPartials,
     PartialRow,
     RowBuffer,
@@ -83,16 +83,16 @@ STAGE_BYTES = 16 << 10  # an iteration's part of a streamed output, staged: at m
 
 
 def kernel_nest(t: Compute, body_of: Compute, name: str, also: tuple = (), columns: tuple = (),
-                stream: frozenset = frozenset(), options: Options | None = None) -> Kernel:
+                stream: frozenset = frozenset(), options: Options | None = None) -> LoopNest:
     """The loop nest of the kernel ``name`` computing ``t`` (its body: ``body_of``'s);
     ``also``: ``(tensor, body over body_of's axes)`` also written, ``columns``: ``(tensor,
     summand over body_of's axes)`` summed over every axis but the last (``grouping.py``);
     ``stream``: outputs no later kernel reads."""
-    return KernelNest(t, body_of, name, also, columns, stream,
+    return NestBuilder(t, body_of, name, also, columns, stream,
                       options or Options.from_environment()).kernel
 
 
-class KernelNest(ReduceLowering):
+class NestBuilder(ReduceLowering):
     """The pass building one kernel's nest (``kernel_nest``)."""
 
     def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple, columns: tuple,
@@ -110,7 +110,7 @@ class KernelNest(ReduceLowering):
         self.outputs = 1 + len(extra)
         self.kernel = self._function(body_of)
 
-    def _function(self, body_of: Compute) -> Kernel:
+    def _function(self, body_of: Compute) -> LoopNest:
         shape = self.tensor.shape
         axes = body_of.axes
         size = math.prod(shape)
@@ -128,7 +128,7 @@ class KernelNest(ReduceLowering):
             self._nest(body, axes, shape, parallel)
             if self.columns:
                 self._close_partials(shape[-1])
-        return Kernel(self.name, self.args, self.outputs, self.root, self.gathers)
+        return LoopNest(self.name, self.args, self.outputs, self.root, self.gathers)
 
     def _nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         if column_order(body, axes, shape):
@@ -338,7 +338,7 @@ class KernelNest(ReduceLowering):
             self.value(r)
 
 
-def _row_index(nest: KernelNest, axes, shape) -> RowIndex:
+def _row_index(nest: NestBuilder, axes, shape) -> RowIndex:
     """The offset in a row-major array of ``shape`` of the point at the bound ``axes``
     (its leading dimensions)."""
     return RowIndex(tuple((nest.var(v), math.prod(shape[k + 1:])) for k, v in enumerate(axes)))

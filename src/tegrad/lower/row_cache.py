@@ -15,7 +15,7 @@ and ``e(k)``): the largest first, then each part whose twin the output body stil
 outside the kept ones. The buffer lives in the block where ``R`` is computed (per
 thread, inside the parallel loop), which encloses the output loop, and ``R`` is always
 computed before that loop runs. The first buffer of the output's dtype is the output's own
-row where that block knows it (``nest_build.KernelNest._row_buffers``). Conditions, so that every
+row where that block knows it (``nest_build.NestBuilder._row_buffers``). Conditions, so that every
 element is written before it is read: ``R`` depends on output variables only (not on
 another reduction's), outside every guarded branch, and ``E`` depends on ``k`` and on
 variables bound around ``R``.

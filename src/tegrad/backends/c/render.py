@@ -7,7 +7,7 @@ would change has its own (``signature``, ``argument``, ``flat_loop_head``,
 ``vector_pragma``, ``unroll_pragma``, ``clamp``, ``check_index``, ``stage``,
 ``stream_out``, the partial rows of column sums), so a CUDA dialect overrides those and
 keeps the rest, as tinygrad's ``renderer/cstyle.py`` subclasses do. The scalar ops are
-``backends/cpu/c_ops.py``'s table.
+``c_ops.py``'s table.
 
 **Why these spellings.** Float sums carry ``omp simd reduction`` clauses, so gcc
 vectorizes them without ``-ffast-math`` (which would break NaN and infinity semantics);
@@ -30,8 +30,8 @@ from ...ir import dtype as dt
 from ...ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var
 from ...lower import nest as n
 from ...lower import nest_forms as forms
-from ..cpu import c_ops
-from ..cpu.c_ops import CTYPE, LOCAL_CTYPE
+from . import c_ops
+from .c_ops import CTYPE, LOCAL_CTYPE
 
 
 class CDialect:
@@ -45,7 +45,7 @@ class CDialect:
 
     # the function -------------------------------------------------------------------------
 
-    def render(self, kernel: n.Kernel) -> str:
+    def render(self, kernel: n.LoopNest) -> str:
         lines = [self.signature(kernel)]
         for k, a in enumerate(kernel.args):
             lines.append(self.indent + self.argument(k, a, k < kernel.outputs))
@@ -53,7 +53,7 @@ class CDialect:
         lines.append("}")
         return "\n".join(lines)
 
-    def signature(self, kernel: n.Kernel) -> str:
+    def signature(self, kernel: n.LoopNest) -> str:
         return f"void {kernel.name}(void **args, long *err, int nthreads) {{"
 
     def argument(self, k: int, a, written: bool) -> str:

@@ -13,7 +13,7 @@ the same structure, shapes and dtypes give the same text: the text is the cache 
 from __future__ import annotations
 
 from ...ir.tensor import Compute
-from ...lower.nest import Gather, Kernel
+from ...lower.nest import Gather, LoopNest
 from ...lower.nest_build import kernel_nest
 from ...options import Options
 from ..c.render import CDialect
@@ -29,7 +29,7 @@ class KernelSource:
     def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple = (),
                  columns: tuple = (), stream: frozenset = frozenset(),
                  options: Options | None = None):
-        self.nest: Kernel = kernel_nest(t, body_of, name, also, columns, stream, options)
+        self.nest: LoopNest = kernel_nest(t, body_of, name, also, columns, stream, options)
         self.tensor = t
         self.name = name
         self.args: list = self.nest.args  # outputs first, then each tensor read

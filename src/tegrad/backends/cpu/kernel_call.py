@@ -16,8 +16,8 @@ import numpy as np
 
 from ...ir.tensor import Tensor
 from ...options import cores
+from ..c.c_ops import PRELUDE
 from .buffers import BufferPool
-from .c_ops import PRELUDE
 from .compiler import bind, load, split_units
 from .copy import helper as copy_helper
 from .gemm import helper as gemm_helper
