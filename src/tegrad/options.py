@@ -125,6 +125,8 @@ class Options:
     parallel_copy_elements: int = 1 << 16  # compiled layout copies split from this size
     parallel_transpose_elements: int = 1 << 14  # ... transposes from this one
     pool_min_bytes: int = 1 << 16  # smaller arrays are made, not pooled
+    # the process's BLAS, loaded once: these two are read from from_environment()'s value
+    # (a build's own are part of its key, not consulted)
     term_kernel: bool = True  # float32 shifted-product sums on term_kernel.py's kernel
     blas: str = "mkl"  # "mkl" where installed, else NumPy's; "openblas": NumPy's
     machine: Machine = field(default_factory=Machine.generic)

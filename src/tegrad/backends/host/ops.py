@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -84,7 +84,6 @@ class HostOps:
     trace: object = None
     min_phases: int = 2
     overlap_bytes: int = 24 << 20
-    extra: dict = field(default_factory=dict, compare=False)  # a target's own (unused here)
 
     @classmethod
     def for_options(cls, options: Options) -> HostOps:
