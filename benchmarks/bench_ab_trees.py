@@ -12,6 +12,8 @@ way.
 
     .venv/bin/python benchmarks/bench_ab_trees.py --before /tmp/base --after . --rounds 3
     .venv/bin/python benchmarks/bench_ab_trees.py --before /tmp/base --after . --quick
+    .venv/bin/python benchmarks/bench_ab_trees.py --before /tmp/base --rounds 6 \
+        --cases conv2d_s2,lstm --no-compile
 
 ``--before`` is typically a ``git worktree add /tmp/base <commit>`` of the older code.
 """
@@ -49,9 +51,13 @@ def main(argv=None) -> int:
     parser.add_argument("--after", type=Path, default=Path("."), help="the newer tree")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="bench_cpu.py --quick")
+    parser.add_argument("--cases", help="bench_cpu.py --cases (names or prefixes)")
+    parser.add_argument("--no-compile", action="store_true", help="no first-call runs")
     parser.add_argument("--json", type=Path, help="write every round's results here")
     args = parser.parse_args(argv)
-    extra = ["--no-jax"] + (["--quick"] if args.quick else [])
+    extra = ["--no-jax"] + (["--quick"] if args.quick else []) + (
+        ["--cases", args.cases] if args.cases else []) + (
+        ["--no-compile"] if args.no_compile else [])
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     results: dict[str, list[dict]] = {side: [] for side in trees}
     with tempfile.TemporaryDirectory() as tmp:

@@ -140,6 +140,15 @@ def test_options_are_read_from_the_environment_once(monkeypatch):
         tg.Options.from_environment(refresh=True)
 
 
+def test_options_must_be_options():
+    X, Y = _program()
+    for wrong in ({"unroll": 0}, "fast", 3):
+        with pytest.raises(TypeError, match="options must be a tg.Options"):
+            tg.build([X], Y, options=wrong)
+    with pytest.raises(TypeError, match="options must be a tg.Options"):
+        tg.build_vjp([X], Y, options={"merge_products": False})
+
+
 def test_options_are_frozen_values_with_a_key():
     a = tg.Options()
     b = a.replace(merge_products=False)

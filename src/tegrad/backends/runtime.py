@@ -26,7 +26,7 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None,
     outs = [outputs] if single else list(outputs)
     ins = list(inputs)
     check_signature(ins, outs)
-    options = options or Options.from_environment()
+    options = checked_options(options)
     target, (program,) = make_programs(lambda: [(plan(outs, options=options), ins)], target,
                                        remember=(ins, outs), options=options)
     expected = input_specs(ins)
@@ -50,7 +50,7 @@ def make_programs(make_plans, target: str | None, remember: tuple | None = None,
     ``remember``: the tensors that ``make_plans`` depends on alone; a ``cached`` target
     then keeps its prepared plans in the disk cache under them and ``options``, so a new
     process building an equal program loads them."""
-    options = options or Options.from_environment()
+    options = checked_options(options)
     chosen = target is None
     name = default_target() if chosen else target
     while True:
@@ -82,6 +82,16 @@ def _programs(made: Target, make_plans, remember: tuple | None, options: Options
     else:
         ready = prepared()
     return [made.program(p, ins, options) for p, ins in ready]
+
+
+def checked_options(options) -> Options:
+    """``options``, or this machine's (None); anything else raises, naming what it got."""
+    if options is None:
+        return Options.from_environment()
+    if not isinstance(options, Options):
+        raise TypeError(f"options must be a tg.Options (tg.Options.from_environment()"
+                        f".replace(...)), got {type(options).__name__}")
+    return options
 
 
 def input_specs(ins: list) -> list:

@@ -23,7 +23,7 @@ from ..ir.tensor import Placeholder, Tensor, placeholder
 from ..lower.plan import plan
 from ..lower.split import split_plan
 from ..options import Options
-from .runtime import check_signature, checked_feed, input_specs, make_programs
+from .runtime import check_signature, checked_feed, checked_options, input_specs, make_programs
 
 
 class Saved:
@@ -56,7 +56,7 @@ class SplitVJP:
     def __init__(self, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
                  heads: Sequence[Tensor], grads: Sequence[Tensor], target: str | None = None,
                  options: Options | None = None):
-        options = options or Options.from_environment()
+        options = checked_options(options)
 
         self.outputs, self.heads = list(outputs), list(heads)
 
