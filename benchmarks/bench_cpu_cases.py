@@ -111,16 +111,17 @@ def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved",
     once); ``recompute``: ``tg.build`` of the gradients alone, which recomputes the forward
     values it needs at every call."""
     ins, out, head, grads = graph.inputs, graph.out, graph.head, graph.grads
-    fwd = tg.build(ins, [out], target=target, options=options)
-    both = tg.build([*ins, head], [out, *grads], target=target, options=options)
+    given = {} if options is None else {"options": options}  # (older trees: no options)
+    fwd = tg.build(ins, [out], target=target, **given)
+    both = tg.build([*ins, head], [out, *grads], target=target, **given)
     if backward == "saved":
-        keep, pullback = tg.build_vjp(ins, out, target=target, options=options)
+        keep, pullback = tg.build_vjp(ins, out, target=target, **given)
         saved = keep(*arrays)[1]
 
         def bwd(a, h):
             return pullback(saved, h)
     elif backward == "recompute":
-        program = tg.build([*ins, head], grads, target=target, options=options)
+        program = tg.build([*ins, head], grads, target=target, **given)
 
         def bwd(a, h):
             return program(*a, h)

@@ -56,7 +56,7 @@ def blueprint(plan: Plan, numbers: Iterator[int] | None = None,
     """``plan`` (fused and grouped) with its general kernels written in C; kernels are named
     ``k0, k1, ...`` across the step blueprints (``numbers`` gives the next). The top
     program's kernels write past the caches what no later kernel reads (large outputs,
-    ``KernelSource._stage``); a step program's outputs are the next step's inputs."""
+    ``lower/nest_build.py``); a step program's outputs are the next step's inputs."""
     top = numbers is None
     numbers = itertools.count() if numbers is None else numbers
     read = {t for kernel in plan.kernels for t in reads_and_makes(kernel)[0]}
