@@ -15,7 +15,8 @@ Each module imports only those above it in this list:
     compute    ``tg.compute``: a compute, verified
     broadcast  arithmetic between whole tensors, with NumPy broadcasting
     scan       ``tg.scan`` and its per-step graph
-    serialize, disk_cache   programs as bytes, and stored on disk
+
+(Programs as bytes and on disk: ``tegrad/cache/``.)
 
 The nodes' ``repr``/``str`` and the tensors' operators need modules above the nodes
 (the printer, and ``tg.compute`` with its verifier), so those modules give them to the
