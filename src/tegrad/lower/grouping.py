@@ -41,6 +41,7 @@ does (``_place_columns``). A layer norm's input, weight and bias gradients then 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from ..ir.expr import Read, Reduce
 from ..ir.tensor import make_compute
@@ -56,7 +57,7 @@ def group(p: Plan, options: Options) -> Plan:
     """``p`` with general kernels of one loop nest written together (module header);
     ``options.max_regions`` as the loop nests will be built (``nest_build.py``)."""
     kernels = list(p.kernels)
-    plain = _Plain(options.max_regions)
+    plain = partial(_plain, max_regions=options.max_regions)
     _merge_into_each(kernels, lambda ks, k: _absorb(ks, k, plain))  # same shape, earlier
     _place_columns(kernels, plain)  # column sums into a row kernel before them
     j = len(kernels) - 1
@@ -232,19 +233,14 @@ def _reads(kernel: Kernel) -> set:
     return found
 
 
-class _Plain:
-    """``plain(kernel)``: a general kernel whose loop nest ``nest_build`` makes a plain row
-    nest (no column order, no regions of its last axis, no residue classes)."""
-
-    def __init__(self, max_regions: int):
-        self.max_regions = max_regions
-
-    def __call__(self, kernel: Kernel) -> bool:
-        if not isinstance(kernel, General):
-            return False
-        c = kernel.body_of
-        axes, shape = c.axes, c.shape
-        if not axes or column_order(c.body, axes, shape) or regions(
-                c.body, axes[-1], shape[-1], self.max_regions):
-            return False
-        return not (len(axes) > 1 and unrolled_axes(c.body, axes))
+def _plain(kernel: Kernel, max_regions: int) -> bool:
+    """A general kernel whose loop nest ``nest_build`` makes a plain row nest (no column
+    order, no regions of its last axis, no residue classes)."""
+    if not isinstance(kernel, General):
+        return False
+    c = kernel.body_of
+    axes, shape = c.axes, c.shape
+    if not axes or column_order(c.body, axes, shape) or regions(
+            c.body, axes[-1], shape[-1], max_regions):
+        return False
+    return not (len(axes) > 1 and unrolled_axes(c.body, axes))

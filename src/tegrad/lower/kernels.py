@@ -64,30 +64,33 @@ class General:
         return "; ".join(said)
 
 
-@dataclass(frozen=True)
-class Contraction:
+class _WholeBody:
+    """A kernel that evaluates its tensor's own body: it reads what that body reads."""
+
     tensor: Compute
-    contraction: ContractionForm
-    kind: ClassVar[str] = "contraction"
 
     def reads_and_makes(self) -> tuple[list[Tensor], list[Tensor]]:
         return list(tensors_read(self.tensor.body)), [self.tensor]
+
+
+@dataclass(frozen=True)
+class Contraction(_WholeBody):
+    tensor: Compute
+    contraction: ContractionForm
+    kind: ClassVar[str] = "contraction"
 
     def describe(self) -> str:
         return self.contraction.describe()
 
 
 @dataclass(frozen=True)
-class Scatter:
+class Scatter(_WholeBody):
     tensor: Compute
     scatter: ScatterForm
     kind: ClassVar[str] = "scatter"
 
-    def reads_and_makes(self) -> tuple[list[Tensor], list[Tensor]]:
-        return list(tensors_read(self.tensor.body)), [self.tensor]
-
     def describe(self) -> str:
-        return self.scatter.describe() if hasattr(self.scatter, "describe") else ""
+        return self.scatter.describe()
 
 
 @dataclass

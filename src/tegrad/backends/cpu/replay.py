@@ -241,11 +241,10 @@ _MISSING = object()
 def compiled_host(threads: int, pool: BufferPool | None, options: Options) -> HostOps:
     """The host operations that put the general path's products and copies on ``tg_gemm``
     and ``tg_copy`` over ``threads``, its outputs taken from ``pool``."""
-    return HostOps(matmul=partial(gemm.matmul, threads=threads),
-                   copy=partial(copies.copy, threads=threads,
-                                limits=copies.limits(options)),
-                   empty=None if pool is None else pool.take,
-                   min_phases=options.min_phases, overlap_bytes=options.overlap_bytes)
+    return HostOps.for_options(options).replace(
+        matmul=partial(gemm.matmul, threads=threads),
+        copy=partial(copies.copy, threads=threads, limits=copies.limits(options)),
+        empty=None if pool is None else pool.take)
 
 
 class ReplayedContraction:
@@ -283,9 +282,8 @@ class ReplayedContraction:
 
     def _record(self, key, inputs, arrays, pool) -> np.ndarray:
         recorder = Recorder(inputs, pool, self.threads, copies.limits(self.options))
-        host = HostOps(matmul=recorder.matmul, copy=recorder.copy, empty=recorder.empty,
-                       trace=recorder, min_phases=self.options.min_phases,
-                       overlap_bytes=self.options.overlap_bytes)
+        host = HostOps.for_options(self.options).replace(
+            matmul=recorder.matmul, copy=recorder.copy, empty=recorder.empty, trace=recorder)
         result = run_contraction(self.c, arrays, host)
         why = recorder.why
         if why is None and result is not recorder.output:

@@ -88,8 +88,7 @@ class HostOps:
     @classmethod
     def for_options(cls, options: Options) -> HostOps:
         """NumPy's products and copies (copies on ``options.machine.copy_threads``)."""
-        threads = options.machine.copy_threads
-        return cls(copy=numpy_copy if threads < 2 else partial(numpy_copy, threads=threads),
+        return cls(copy=partial(numpy_copy, threads=options.machine.copy_threads),
                    min_phases=options.min_phases, overlap_bytes=options.overlap_bytes)
 
     def replace(self, **changes) -> HostOps:
