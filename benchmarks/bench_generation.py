@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     from tegrad.lower.plan import plan
 
     fused = "fused" in inspect.signature(plan).parameters
-    programs = [outs for _, _, outs in c_text.programs()]
+    programs = [outs for _, outs in c_text.programs()]
 
     def generate():
         for outs in programs:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 _COMMON = dict(
@@ -26,3 +27,17 @@ settings.register_profile("ci", max_examples=150, **_COMMON)
 settings.register_profile("long", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")
+
+
+@pytest.fixture
+def reread_environment(monkeypatch):
+    """``monkeypatch`` for a test that changes ``TEGRAD_*`` variables: after it, they are
+    restored and ``tg.Options`` (and the BLAS chosen from it) read again, so later tests
+    see the process's own."""
+    yield monkeypatch
+    monkeypatch.undo()
+    import tegrad as tg
+    from tegrad.backends.cpu import gemm
+
+    tg.Options.from_environment(refresh=True)
+    gemm._blas.cache_clear()

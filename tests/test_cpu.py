@@ -682,26 +682,22 @@ def test_term_kernel_runs_where_it_can(case):
     np.testing.assert_allclose(*results, rtol=1e-5, atol=1e-5 * np.abs(results[1]).max())
 
 
-def test_term_kernel_default_follows_the_processor_and_the_variable(monkeypatch):
+def test_term_kernel_default_follows_the_processor_and_the_variable(reread_environment):
     """``TEGRAD_TERM_KERNEL`` decides where set; else the kernel is wanted off Intel's
     processors (where MKL ran every product shape faster) and on others."""
     from tegrad.backends.cpu import term_kernel
     from tegrad.backends.cpu.gemm import Blas
 
-    try:
-        for value, wanted in (("1", True), ("0", False)):
-            monkeypatch.setenv("TEGRAD_TERM_KERNEL", value)
-            assert tg.Options.from_environment(refresh=True).term_kernel is wanted
-            assert term_kernel.wanted_here() is wanted
-            assert Blas(mkl=False).direct_terms is wanted
-        monkeypatch.delenv("TEGRAD_TERM_KERNEL")
-        tg.Options.from_environment(refresh=True)
-        with open("/proc/cpuinfo") as f:
-            vendor = next((line for line in f if line.startswith("vendor_id")), "")
-        assert term_kernel.wanted_here() is ("GenuineIntel" not in vendor)
-    finally:
-        monkeypatch.undo()
-        tg.Options.from_environment(refresh=True)  # (the process's own environment again)
+    for value, wanted in (("1", True), ("0", False)):
+        reread_environment.setenv("TEGRAD_TERM_KERNEL", value)
+        assert tg.Options.from_environment(refresh=True).term_kernel is wanted
+        assert term_kernel.wanted_here() is wanted
+        assert Blas(mkl=False).direct_terms is wanted
+    reread_environment.delenv("TEGRAD_TERM_KERNEL")
+    tg.Options.from_environment(refresh=True)
+    with open("/proc/cpuinfo") as f:
+        vendor = next((line for line in f if line.startswith("vendor_id")), "")
+    assert term_kernel.wanted_here() is ("GenuineIntel" not in vendor)
 
 
 def test_numpy_blas_is_found():
@@ -714,19 +710,14 @@ def test_numpy_blas_is_found():
 
 
 @pytest.mark.parametrize("setting", ["", "openblas"])
-def test_products_use_mkl_when_installed_unless_told_otherwise(setting, monkeypatch):
+def test_products_use_mkl_when_installed_unless_told_otherwise(setting, reread_environment):
     from tegrad.backends.cpu import gemm
 
-    monkeypatch.setenv("TEGRAD_BLAS", setting)
+    reread_environment.setenv("TEGRAD_BLAS", setting)
     tg.Options.from_environment(refresh=True)
     gemm._blas.cache_clear()
-    try:
-        want = "mkl" if gemm._mkl_path() is not None and not setting else "openblas"
-        assert gemm.blas_name() == want
-    finally:
-        monkeypatch.undo()
-        tg.Options.from_environment(refresh=True)
-        gemm._blas.cache_clear()
+    want = "mkl" if gemm._mkl_path() is not None and not setting else "openblas"
+    assert gemm.blas_name() == want
 
 
 _OPENBLAS_PROGRAM = """

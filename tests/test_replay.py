@@ -323,18 +323,15 @@ _WEIGHT_LAYOUTS = {(16, 32): ("RowsGemm", 1), (8, 64): ("RowsGemm", 0),
 
 
 @pytest.fixture(params=["kernel", "blas"])
-def term_kernel_choice(request, monkeypatch):
+def term_kernel_choice(request, reread_environment):
     """The process's BLAS made again with ``term_kernel``'s kernel wanted or not
     (``TEGRAD_TERM_KERNEL``), whatever this processor's default; restored after."""
     from tegrad.backends.cpu import gemm
 
-    monkeypatch.setenv("TEGRAD_TERM_KERNEL", "1" if request.param == "kernel" else "0")
+    reread_environment.setenv("TEGRAD_TERM_KERNEL", "1" if request.param == "kernel" else "0")
     tg.Options.from_environment(refresh=True)
     gemm._blas.cache_clear()
-    yield request.param
-    monkeypatch.undo()
-    tg.Options.from_environment(refresh=True)
-    gemm._blas.cache_clear()
+    return request.param
 
 
 @pytest.mark.parametrize("batch,hidden", list(_WEIGHT_LAYOUTS))

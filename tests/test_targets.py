@@ -122,22 +122,19 @@ def test_a_failing_default_target_falls_back_to_the_next(counting, monkeypatch):
         tg.build([X], Y, target="counting")
 
 
-def test_options_are_read_from_the_environment_once(monkeypatch):
+def test_options_are_read_from_the_environment_once(reread_environment):
     before = tg.Options.from_environment()
-    try:
-        monkeypatch.setenv("TEGRAD_NUM_THREADS", "3")
-        monkeypatch.setenv("TEGRAD_COPY_THREADS", "2")
-        monkeypatch.setenv("TEGRAD_TERM_KERNEL", "0")
-        monkeypatch.setenv("TEGRAD_BLAS", "openblas")
-        assert tg.Options.from_environment() is before  # (read once per process)
-        read = tg.Options.from_environment(refresh=True)
-        assert (read.machine.threads, read.machine.copy_threads) == (3, 2)
-        assert not read.term_kernel and read.blas == "openblas"
-        monkeypatch.setenv("TEGRAD_NUM_THREADS", "none")  # not a number: the default
-        assert tg.Options.from_environment(refresh=True).machine.threads >= 1
-    finally:
-        monkeypatch.undo()
-        tg.Options.from_environment(refresh=True)
+    env = reread_environment
+    env.setenv("TEGRAD_NUM_THREADS", "3")
+    env.setenv("TEGRAD_COPY_THREADS", "2")
+    env.setenv("TEGRAD_TERM_KERNEL", "0")
+    env.setenv("TEGRAD_BLAS", "openblas")
+    assert tg.Options.from_environment() is before  # (read once per process)
+    read = tg.Options.from_environment(refresh=True)
+    assert (read.machine.threads, read.machine.copy_threads) == (3, 2)
+    assert not read.term_kernel and read.blas == "openblas"
+    env.setenv("TEGRAD_NUM_THREADS", "none")  # not a number: the default
+    assert tg.Options.from_environment(refresh=True).machine.threads >= 1
 
 
 def test_options_must_be_options():
