@@ -250,7 +250,8 @@ class Unary(Expr):
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
     def __post_init__(self):
-        object.__setattr__(self, "op", Op(self.op))  # (given by name: its Op)
+        if type(self.op) is not Op:  # (given by name: its Op; Op() costs 7x the test)
+            object.__setattr__(self, "op", Op(self.op))
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
@@ -262,7 +263,8 @@ class Binary(Expr):
     memo: dict | None = field(default=None, repr=False)  # derived facts, see node_memo
 
     def __post_init__(self):
-        object.__setattr__(self, "op", Op(self.op))  # (given by name: its Op)
+        if type(self.op) is not Op:  # (given by name: its Op; Op() costs 7x the test)
+            object.__setattr__(self, "op", Op(self.op))
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False, weakref_slot=True)
