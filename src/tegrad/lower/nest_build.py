@@ -49,8 +49,9 @@ import numpy as np
 
 from ..ir.expr import Expr, Reduce
 from ..ir.tensor import Compute
-from ..ir.traverse import free_vars, tensors_read, walk
+from ..ir.traverse import free_vars, walk
 from ..options import Options
+from .kernels import General
 from .nest import (
     AddPartial,
     Block,
@@ -97,17 +98,14 @@ class NestBuilder(ReduceLowering):
 
     def __init__(self, t: Compute, body_of: Compute, name: str, also: tuple, columns: tuple,
                  stream: frozenset, options: Options):
-        extra = (*also, *columns)
-        args: list = [t, *(u for u, _ in extra)]  # outputs first, then each tensor read
-        for r in [*tensors_read(body_of.body), *(r for _, b in extra for r in tensors_read(b))]:
-            if r not in args:
-                args.append(r)
+        reads, makes = General(t, body_of, (), also, columns).reads_and_makes()
+        args = list(dict.fromkeys([*makes, *reads]))  # outputs first, then each tensor read
         super().__init__(t, args, options)
         self.name = name
         self.also = also
         self.columns = columns
         self.stream = stream
-        self.outputs = 1 + len(extra)
+        self.outputs = len(makes)
         self.kernel = self._function(body_of)
 
     def _function(self, body_of: Compute) -> LoopNest:
