@@ -1,16 +1,19 @@
-# One venv for everything; `make test` and `make bench` set it up on a fresh machine.
+# One venv for everything; `make test` and `make run` set it up on a fresh machine, with the
+# tested versions of constraints.txt (reinstalled when it or pyproject.toml changes).
 PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+STAMP = $(VENV)/.installed
 
-.PHONY: setup run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
+.PHONY: setup wheel-check run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
 
-$(BIN)/activate:
-	$(PY) -m venv $(VENV)
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	touch $(STAMP)
 
-setup: $(BIN)/activate
+setup: $(STAMP)
 
 # the main job: every tg.nn op checked against PyTorch and timed (reports/coverage.*)
 run: setup
@@ -53,6 +56,10 @@ bench-lstm: setup
 
 bench-networks: setup
 	$(BIN)/python benchmarks/bench_networks.py --markdown
+
+# the wheel, installed in a new venv outside the repo: tegrad --help and the README's first example
+wheel-check:
+	PY=$(PY) .ci/wheel_check
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache
