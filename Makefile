@@ -12,7 +12,7 @@ $(BIN)/activate:
 
 setup: $(BIN)/activate
 
-# the main job: every tg.nn op checked against PyTorch and timed (reports/coverage.*)
+# the main job: every tg.nn op checked against PyTorch and timed (build/report/coverage.*)
 run: setup
 	$(BIN)/tegrad report
 
