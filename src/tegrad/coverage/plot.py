@@ -26,6 +26,7 @@ from .cases import CATEGORIES
 from .run import Row
 
 SLOW = 1.5  # tegrad / torch above this: a slow case
+DPI = 110  # the figure is laid out and saved at this resolution (text sizes depend on it)
 FAILED = "#c0392b"
 SLOW_COLOR = "#f39c12"
 FAST_ENOUGH = "#4a7fb5"
@@ -62,7 +63,7 @@ def figure(rows: Sequence[Row]):
     categories = [c for c in CATEGORIES if any(r.case.category == c for r in rows)]
     coverage_height = 0.35 * len(categories) + 1.8
     height = max(4.0, 0.16 * len(timed) + 1.5, coverage_height + 1.0)
-    fig = plt.figure(figsize=(13, height), layout="constrained")
+    fig = plt.figure(figsize=(13, height), dpi=DPI, layout="constrained")
     grid = fig.add_gridspec(2, 2, width_ratios=[3, 2],
                             height_ratios=[coverage_height, height - coverage_height])
     _speed_panel(fig.add_subplot(grid[:, 0]), timed)
@@ -135,6 +136,6 @@ def figure_png(rows: Sequence[Row]) -> bytes | None:
 
     fig = figure(rows)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
+    fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
     return buffer.getvalue()
