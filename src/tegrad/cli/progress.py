@@ -18,10 +18,12 @@ import sys
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..check import INCONCLUSIVE
-from ..coverage.run import Row
+
+if TYPE_CHECKING:  # the report's rows; imported late, so ``import tegrad.cli`` stays light
+    from ..coverage.run import Row
 
 T = TypeVar("T")
 
