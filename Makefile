@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# the main job: every tg.nn op checked against PyTorch and timed (reports/coverage.*)
+# the main job: every tg.nn op checked against PyTorch and timed (build/report/coverage.*)
 run: setup
 	$(BIN)/tegrad report
 

@@ -1,9 +1,15 @@
 """``tegrad report``: the coverage report of ``tg.nn`` (see ``tegrad.coverage``).
 
-    tegrad report                          # every op; writes reports/coverage.{md,html,png}
+    tegrad report                          # every op; writes build/report/coverage.*
     tegrad report --ops conv2d,softmax     # a subset
     tegrad report --skip timing,gradcheck  # faster: correctness and structure only
+    tegrad report --out DIR                # the files elsewhere (default build/report)
     tegrad report --readme README.md       # also replace the README's embedded summary
+
+Progress goes to stderr: a live bar in a terminal, else a line per finished op
+(``progress.py``). The tables go to stdout; the files (coverage.md, coverage.html,
+coverage.png and coverage.json with every row) to ``--out``, a folder git ignores by
+default, so a run leaves a checkout clean.
 
 Exit status 0 when every case passed, 1 when one failed (it is shown, never hidden),
 2 for a usage error (an unknown op, a missing PyTorch).
@@ -16,45 +22,16 @@ import sys
 import time
 from pathlib import Path
 
+from .progress import group_ends, progress
+
+DEFAULT_OUT = "build/report"
+
 README_START = "<!-- coverage:start -->"
 README_END = "<!-- coverage:end -->"
 
 
-def _progress(total: int, plain: bool):
-    """A context manager yielding ``advance(description)``: rich's bar, or plain lines."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def bar():
-        if not plain:
-            try:
-                from rich.progress import (
-                    BarColumn,
-                    MofNCompleteColumn,
-                    Progress,
-                    TextColumn,
-                    TimeElapsedColumn,
-                )
-            except ImportError:
-                pass
-            else:
-                with Progress(TextColumn("{task.description:<32}"), BarColumn(),
-                              MofNCompleteColumn(), TimeElapsedColumn(),
-                              transient=False) as progress:
-                    task = progress.add_task("", total=total)
-                    yield lambda text: progress.update(task, advance=1, description=text)
-                return
-        done = [0]
-
-        def advance(text: str) -> None:
-            done[0] += 1
-            print(f"[{done[0]}/{total}] {text}", file=sys.stderr, flush=True)
-        yield advance
-    return bar()
-
-
 def _print_table(rows, plain: bool) -> None:
-    from ..coverage.render import HEADERS, SUMMARY_HEADERS, cells, summary_rows
+    from ..coverage.render import HEADERS, SUMMARY_HEADERS, cells, row_kind, summary_rows
 
     tables = [("coverage per category", SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]),
               ("every case", HEADERS, [cells(r) for r in rows])]
@@ -73,8 +50,8 @@ def _print_table(rows, plain: bool) -> None:
                 for h in headers:
                     table.add_column(h, overflow="fold")
                 for row in body:
-                    bad = any(c.startswith(("FAIL", "NO", "error")) for c in row)
-                    table.add_row(*row, style="red" if bad else None)
+                    kind = row_kind(row)
+                    table.add_row(*row, style={"fail": "red", "unsure": "yellow"}.get(kind))
                 console.print(table)
             return
     for title, headers, body in reversed(tables):
@@ -101,8 +78,7 @@ def main(args) -> int:
         print("tegrad report: error: PyTorch is the reference; pip install 'tegrad[report]'",
               file=sys.stderr)
         return 2
-    from ..coverage.plot import figure_png
-    from ..coverage.render import context, html_document, markdown
+    from ..coverage.render import context, inconclusive
     from ..coverage.run import STAGES, run_case, select
 
     try:
@@ -116,35 +92,63 @@ def main(args) -> int:
         print(f"tegrad report: error: {exc}", file=sys.stderr)
         return 2
     stages = [s for s in STAGES if s not in skip]
+    op_ends = group_ends(cases, key=lambda c: c.op)
     rows = []
     start = time.perf_counter()
-    with _progress(len(cases), args.plain) as advance:
-        for case in cases:
-            row = run_case(case, stages, repeats=args.repeats)
-            rows.append(row)
-            advance(f"{case.name} {'ok' if row.passed else 'FAIL'}")
+    with progress(len(cases), args.plain) as shown:
+        for index, case in enumerate(cases):
+            rows.append(run_case(case, stages, repeats=args.repeats))
+            shown.case_done(rows[-1])
+            if index in op_ends:
+                shown.group_done(case.op, [r for r in rows if r.case.op == case.op])
     seconds = time.perf_counter() - start
     _print_table(rows, args.plain)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     about = context(rows, seconds, args.repeats)
-    png = figure_png(rows)
-    if png is not None:
-        (out / "coverage.png").write_bytes(png)
-    (out / "coverage.md").write_text(markdown(rows, about, "coverage.png" if png else None))
-    encoded = base64.b64encode(png).decode() if png else None
-    (out / "coverage.html").write_text(html_document(rows, about, encoded))
-    print(f"wrote {out / 'coverage.md'}, {out / 'coverage.html'}"
-          + (f", {out / 'coverage.png'}" if png else " (no plot: pip install matplotlib)"))
+    written = write_outputs(Path(args.out), rows, about, seconds, args.repeats)
     if args.readme:
         from ..coverage.render import readme_block
-        _embed(Path(args.readme), readme_block(rows, about, out / "coverage.md"))
-        print(f"updated the coverage block of {args.readme}")
+        _embed(Path(args.readme), readme_block(rows, about, Path(args.out) / "coverage.md"))
     failed = [r for r in rows if not r.passed]
+    unsure = inconclusive(rows)
     print(f"{len(rows) - len(failed)}/{len(rows)} cases passed"
-          + (": failing " + ", ".join(r.case.name for r in failed) if failed else ""))
+          + (f" ({len(unsure)} with an INCONCLUSIVE gradient check: "
+             + ", ".join(r.case.name for r in unsure) + ")" if unsure else "")
+          + ("; failing " + ", ".join(r.case.name for r in failed) if failed else ""))
+    print(f"wrote {', '.join(str(p) for p in written)}"
+          + ("" if any(p.suffix == ".png" for p in written)
+             else " (no plot: pip install matplotlib)"))
+    if args.readme:
+        print(f"updated the coverage block of {args.readme}")
     return 1 if failed else 0
+
+
+def write_outputs(out: Path, rows, about: str, seconds: float, repeats: int) -> list[Path]:
+    """coverage.md, coverage.html, coverage.json and (with matplotlib) coverage.png in
+    ``out``, created if missing; returns the paths written."""
+    from ..coverage.plot import figure_png
+    from ..coverage.record import json_document
+    from ..coverage.render import html_document, markdown
+
+    out.mkdir(parents=True, exist_ok=True)
+    png = figure_png(rows)
+    encoded = base64.b64encode(png).decode() if png else None
+    files: dict[str, str | bytes | None] = {
+        "coverage.md": markdown(rows, about, "coverage.png" if png else None),
+        "coverage.html": html_document(rows, about, encoded),
+        "coverage.png": png,
+        "coverage.json": json_document(rows, about, seconds, repeats)}
+    written = []
+    for name, content in files.items():
+        if content is None:
+            continue
+        path = out / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        written.append(path)
+    return written
 
 
 def add_parser(commands) -> None:
@@ -156,9 +160,11 @@ def add_parser(commands) -> None:
                         help="skip stages: agreement, structure, gradcheck, timing")
     report.add_argument("--repeats", type=int, default=5, metavar="N",
                         help="timed runs per measurement (default 5; medians)")
-    report.add_argument("--out", default="reports", metavar="DIR",
-                        help="where coverage.md, coverage.html and coverage.png go")
+    report.add_argument("--out", default=DEFAULT_OUT, metavar="DIR",
+                        help="where coverage.md, .html, .png and .json go (default "
+                             f"{DEFAULT_OUT}, which git ignores)")
     report.add_argument("--readme", metavar="FILE",
                         help="replace the block between the coverage markers of FILE")
-    report.add_argument("--plain", action="store_true", help="plain text, no rich")
+    report.add_argument("--plain", action="store_true",
+                        help="plain text, no rich: progress as a line per finished op")
 

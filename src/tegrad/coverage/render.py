@@ -2,7 +2,12 @@
 
 One function turns a ``Row`` into strings (``cells``); the rich table, the Markdown and
 the HTML all print those, so the three never disagree. ``summary_rows`` gives one line
-per category: ops, cases, cases passing, backward in gather form, median speed ratios.
+per category: ops, cases, cases passing, the gradient checker's verdicts counted apart
+(PASS, INCONCLUSIVE, FAIL), backward in gather form, median speed ratios.
+
+An INCONCLUSIVE verdict does not fail a case (it still has to agree with PyTorch), but
+it is never folded into the passes unsaid: it has its own column, the context line
+counts it, and the documents carry ``INCONCLUSIVE_NOTE``, which says what it means.
 """
 
 from __future__ import annotations
@@ -14,8 +19,20 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..check import FAIL, INCONCLUSIVE, PASS
 from .cases import CATEGORIES
 from .run import Row
+
+INCONCLUSIVE_NOTE = (
+    "INCONCLUSIVE (gradcheck): tg.check_gradient compared the generated gradient with "
+    "float64 finite differences and found no element wrong, but the tolerance it derives "
+    "(the differences' own error estimate plus float64 rounding) came to more than 1% of "
+    "the typical gradient element, so it cannot vouch for the gradient more finely than "
+    "that; this happens where the gradient is a near-cancelling sum of much larger "
+    "Jacobian entries (normalizations) or is vanishingly small (softmax of large logits), "
+    "and it is also the verdict when the forward is not finite at the test values. Such a "
+    "case is not counted as failed: to pass, it still agrees with PyTorch in float64 "
+    "(the vs torch f64 column).")
 
 HEADERS = ("op", "case", "category", "vs torch f64", "gather form", "bwd/fwd flops",
            "gradcheck", "fwd / torch", "fwd+bwd / torch", "status")
@@ -53,16 +70,20 @@ class CategorySummary:
     ops: int
     cases: int
     passing: int
+    verdicts: dict[str, int]  # gradcheck PASS / INCONCLUSIVE / FAIL -> cases
     gather: int  # cases with a backward in gather form
     median_forward: float | None
     median_both: float | None
 
     def cells(self) -> tuple[str, ...]:
         return (self.category, str(self.ops), str(self.cases), f"{self.passing}/{self.cases}",
+                *(str(self.verdicts[v]) for v in VERDICTS),
                 str(self.gather), _ratio(self.median_forward), _ratio(self.median_both))
 
 
-SUMMARY_HEADERS = ("category", "ops", "cases", "passing", "gather form",
+VERDICTS = (PASS, INCONCLUSIVE, FAIL)
+SUMMARY_HEADERS = ("category", "ops", "cases", "passing",
+                   *(f"gradcheck {v}" for v in VERDICTS), "gather form",
                    "median fwd / torch", "median fwd+bwd / torch")
 
 
@@ -74,6 +95,7 @@ def summarize(rows: Sequence[Row], category: str) -> CategorySummary:
     timed = [r.timing for r in rows if r.timing is not None]
     return CategorySummary(
         category, len({r.case.op for r in rows}), len(rows), sum(r.passed for r in rows),
+        {v: sum(r.gradcheck == v for r in rows) for v in VERDICTS},
         sum(1 for r in rows if r.structure is not None and r.structure.grads
             and r.structure.gather_form),
         _median([t.forward_ratio for t in timed]),
@@ -98,9 +120,20 @@ def context(rows: Sequence[Row], seconds: float, repeats: int) -> str:
                                                                           default_target())
     timing = (f"; timings are medians of {repeats} alternating runs, float32, torch eager "
               f"with {threads} threads, tegrad on its {target}" if threads else "")
-    passing = sum(r.passed for r in rows)
-    return (f"{len({r.case.op for r in rows})} ops, {len(rows)} cases, {passing} passing; "
+    return (f"{len({r.case.op for r in rows})} ops, {len(rows)} cases, {passing(rows)}; "
             f"{where}{timing}; made in {seconds:.0f} s by `tegrad report`.")
+
+
+def inconclusive(rows: Sequence[Row]) -> list[Row]:
+    """The passing cases whose gradient check was INCONCLUSIVE."""
+    return [r for r in rows if r.passed and r.gradcheck == INCONCLUSIVE]
+
+
+def passing(rows: Sequence[Row]) -> str:
+    """``478 passing``, or ``478 passing (5 with an INCONCLUSIVE gradient check)``."""
+    unsure = len(inconclusive(rows))
+    return f"{sum(r.passed for r in rows)} passing" + (
+        f" ({unsure} with an INCONCLUSIVE gradient check)" if unsure else "")
 
 
 def _markdown_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
@@ -114,6 +147,7 @@ def _markdown_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> li
 def markdown(rows: Sequence[Row], context: str, plot_file: str | None = None) -> str:
     lines = ["# tegrad coverage report", "", context, ""]
     lines += _markdown_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)])
+    lines += ["", INCONCLUSIVE_NOTE]
     if plot_file:
         lines += ["", f"![speed and coverage]({plot_file})"]
     lines += ["", "## Every case", ""]
@@ -125,16 +159,26 @@ def _html_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     out = [f"<table><thead><tr>{head}</tr></thead><tbody>"]
     for row in body:
-        failing = any(c.startswith(("FAIL", "NO", "error")) for c in row)
-        cls = ' class="fail"' if failing else ""
+        cls = {"fail": ' class="fail"', "unsure": ' class="inconclusive"'}.get(row_kind(row), "")
         out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
     out.append("</tbody></table>")
     return "\n".join(out)
 
 
+def row_kind(row_cells: Sequence[str]) -> str | None:
+    """How a printed row is highlighted: ``fail`` (a cell says FAIL, NO or error),
+    ``unsure`` (an INCONCLUSIVE verdict, the case otherwise passing), or None."""
+    if any(c.startswith(("FAIL", "NO", "error")) for c in row_cells):
+        return "fail"
+    if INCONCLUSIVE in row_cells:
+        return "unsure"
+    return None
+
+
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:110em}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;
-font-size:90%;text-align:left}tr.fail td{background:#fdd}th{background:#eee}"""
+font-size:90%;text-align:left}tr.fail td{background:#fdd}tr.inconclusive td{background:#fff3cd}
+th{background:#eee}"""
 
 
 def html_document(rows: Sequence[Row], context: str, plot_png_base64: str | None) -> str:
@@ -144,7 +188,8 @@ def html_document(rows: Sequence[Row], context: str, plot_png_base64: str | None
         "<!DOCTYPE html>", '<html><head><meta charset="utf-8">',
         f"<title>tegrad coverage report</title><style>{STYLE}</style></head><body>",
         "<h1>tegrad coverage report</h1>", f"<p>{html.escape(context)}</p>",
-        _html_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]), plot,
+        _html_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]),
+        f"<p>{html.escape(INCONCLUSIVE_NOTE)}</p>", plot,
         "<h2>Every case</h2>", _html_table(HEADERS, [cells(r) for r in rows]),
         "</body></html>"])
 
@@ -154,6 +199,10 @@ def readme_block(rows: Sequence[Row], context_line: str, full_report) -> str:
     lines = [context_line, ""]
     lines += _markdown_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)])
     failing = [r.case.name for r in rows if not r.passed]
-    lines += ["", "Failing: " + (", ".join(failing) if failing else "none") + ".",
-              f"Every case, with the plot: `{full_report}`."]
+    unsure = [r.case.name for r in inconclusive(rows)]
+    lines += ["", "Failing: " + (", ".join(failing) if failing else "none") + "."]
+    if unsure:
+        lines += [f"Gradient check INCONCLUSIVE (not failed; see the report): "
+                  f"{', '.join(unsure)}."]
+    lines += [f"Every case, with the plot: `tegrad report` writes `{full_report}`."]
     return "\n".join(lines)
