@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: setup wheel-check run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
+.PHONY: setup wheel-check run tour test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -18,10 +18,6 @@ setup: $(STAMP)
 # the main job: every tg.nn op checked against PyTorch and timed (build/report/coverage.*)
 run: setup
 	$(BIN)/tegrad report
-
-# the same, also replacing the README's embedded coverage table
-report-readme: setup
-	$(BIN)/tegrad report --readme README.md
 
 tour: setup
 	$(BIN)/python examples/tour.py
