@@ -210,6 +210,17 @@ def test_a_damaged_entry_whose_remake_is_not_stored_is_removed(graph_cache):
     assert not path.exists()
 
 
+def test_a_result_whose_make_warned_about_the_cache_is_stored(graph_cache):
+    """A ``CacheWarning`` is about the cache, not the result: the result is stored."""
+    def make():
+        warnings.warn("the cache noticed something", CacheWarning, stacklevel=1)
+        return [tg.placeholder((2,), F64, "p")]
+
+    with pytest.warns(CacheWarning, match="noticed something"):
+        disk_cache.remembered("test", ([],), make)
+    assert disk_cache.STATS == {"test made": 1, "test stored": 1}
+
+
 # unusable directories -------------------------------------------------------------------------
 
 

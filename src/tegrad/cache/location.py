@@ -55,8 +55,8 @@ def writable_cache_root() -> Path:
     with _CHOOSING:
         if configured not in _CHOSEN:
             reason = unusable(configured)
-            _CHOSEN[configured] = configured if reason is None else _fall_back(configured,
-                                                                               reason)
+            chosen = configured if reason is None else _fall_back(configured, reason)
+            _CHOSEN[configured] = chosen
     return _CHOSEN[configured]
 
 

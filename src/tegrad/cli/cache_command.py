@@ -4,16 +4,16 @@ they take, and clearing them.
     tegrad cache          # the same as: tegrad cache info
     tegrad cache clear
 
-``info`` prints the cache directory (``$TEGRAD_CACHE_DIR``, default ``~/.cache/tegrad``)
-and, by part, how many files it holds and their size: cpu kernels (``cpu/``), stored
-graphs (``graphs/``) and other files. When the directory cannot be used, it says so and
-why: each process then keeps its cache in a temporary directory of its own
-(``tegrad-cache-*`` under the system's temporary folder, removed when it exits); those present are
-listed.
+``info`` prints the cache directory (``$TEGRAD_CACHE_DIR``, default
+``~/.cache/tegrad``) and, by part, how many files it holds and their size: cpu kernels
+(``cpu/``), stored graphs (``graphs/``) and other files. When the directory cannot be
+used, it says so and why: each process then keeps its cache in a temporary directory of
+its own (``tegrad-cache-*`` in the system's temporary folder, removed when the process
+exits); those present are listed.
 
-``clear`` removes the files tegrad wrote there (``tegrad.cache.contents``), then the folders
-left empty, the cache directory included, and prints what it freed. Files that are not
-tegrad's stay, whatever the directory.
+``clear`` removes the files tegrad wrote there (``tegrad.cache.contents``), then the
+folders left empty, the cache directory included, and prints what it freed. Files that
+are not tegrad's stay, whatever the directory.
 
 Exit status 0, or 2 for a usage error.
 """
