@@ -17,7 +17,7 @@ from .eager import Variable, wrap_namespace
 from .eager import eager_aware as eager_aware  # (tg.eager_aware: wraps a tensor function)
 from .eager.functional import grad, jit, value_and_grad
 from .eager.tape import GradientTape
-from .errors import GradientCheckError, IRError, NotDifferentiableError
+from .errors import CacheWarning, GradientCheckError, IRError, NotDifferentiableError
 from .frontend.math import (
     abs,
     all,
@@ -97,6 +97,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "CacheWarning",
     "Compute",
     "GradientTape",
     "Variable",

@@ -18,4 +18,11 @@ class GradientCheckError(AssertionError):
         self.report = report
 
 
-__all__ = ["IRError", "NotDifferentiableError", "GradientCheckError"]
+class CacheWarning(UserWarning):
+    """Something of the disk cache (``cache/``) could not be used and was worked around: a
+    stored file that cannot be loaded is made again and replaced, a cache directory that
+    cannot be written is replaced by a temporary one. The message names the file or
+    directory and what was done; results are unaffected."""
+
+
+__all__ = ["CacheWarning", "IRError", "NotDifferentiableError", "GradientCheckError"]

@@ -21,7 +21,8 @@ Environment variables (read by ``from_environment``, once per process unless
   TEGRAD_BLAS          ``openblas``: skip MKL even where it is installed
   TEGRAD_TARGET        the target of ``target=None`` (``backends/registry.py``)
   TEGRAD_CACHE_DIR     where compiled kernels and stored programs live
-                       (default ``~/.cache/tegrad``)
+                       (default ``~/.cache/tegrad``; a temporary directory of the process
+                       when it cannot be written: ``cache/location.py``)
   TEGRAD_GRAPH_CACHE   0: no stored programs or gradients (``cache/disk.py``)
 
 The last three say where and whether, not what: they are read at each use

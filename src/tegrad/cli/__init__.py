@@ -1,5 +1,6 @@
 """``tegrad check FILE.py``: run the gradient checker on the pairs a file defines;
-``tegrad report``: the coverage report of ``tg.nn`` (``report.py``).
+``tegrad report``: the coverage report of ``tg.nn`` (``report.py``); ``tegrad cache``: where
+the disk cache is, how big, and clearing it (``cache_command.py``).
 
     tegrad check examples/gradcheck_pairs.py             # rich output (plain without rich)
     tegrad check examples/gradcheck_pairs.py -k generated --quiet
@@ -20,7 +21,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from . import report
+from . import cache_command, report
 from .discover import CONVENTION, Discovery, UsageError, find_pairs, loaded, select
 from .options import build_parser
 from .render import make_renderer
@@ -40,6 +41,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
     if args.command == "report":
         return report.main(args)
+    if args.command == "cache":
+        return cache_command.main(args)
     if args.command != "check":
         parser.print_help(sys.stderr)
         return EXIT_USAGE

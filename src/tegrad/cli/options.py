@@ -8,7 +8,7 @@ import inspect
 
 from .. import __version__
 from ..check import check_gradient
-from . import report
+from . import cache_command, report
 from .discover import CONVENTION
 
 DESCRIPTION = """\
@@ -56,4 +56,5 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", "-q", action="store_true",
                        help="one line per pair: verdict, name, and where it failed")
     report.add_parser(commands)
+    cache_command.add_parser(commands)
     return parser

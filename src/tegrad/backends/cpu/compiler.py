@@ -3,12 +3,24 @@
 One shared library per program: every general kernel of its plan (scan steps included) is
 a function of it. Its kernels are dealt into one translation unit per core, compiled
 concurrently and linked (an LSTM's forward and backward: about 2 s of gcc on one core).
-The library is stored under ``$TEGRAD_CACHE_DIR`` (default ``~/.cache/tegrad``) as
+The library is stored under ``$TEGRAD_CACHE_DIR`` (default ``~/.cache/tegrad``; a
+temporary directory when that cannot be written, ``cache/location.py``) as
 ``cpu/<key>.so``, where ``key`` hashes the source (which spells out the structure, shapes
 and dtypes), the flags, the compiler's version and the processor (the code is built for
 it: ``-march=native``). A new process that builds the same program loads the library
-instead of compiling it. Writes are atomic (a temporary file renamed into place), so
-concurrent processes agree.
+instead of compiling it.
+
+gcc builds in a folder of its own beside the cache's files (``cpu/.build-*``); the finished
+library is flushed to the disk and renamed into place, so processes building the same
+program at once (DDP workers) each load a whole library, theirs or another's.
+
+A cached library that cannot be loaded (cut short, garbage, refused by the loader) is
+compiled again and the file replaced, with one ``CacheWarning`` naming it. It is checked
+as ELF before it is loaded (``library_file.py``): the loader kills the process with SIGBUS
+on a truncated one. The loader remembers the libraries it loaded by path, but a failed
+load leaves nothing behind, so loading the replaced file by the same path gets the new one.
+A library just compiled that the loader still refuses (a library missing here) is removed
+and raises ``CompileError``.
 """
 
 from __future__ import annotations
@@ -19,11 +31,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from functools import cache
 from pathlib import Path
 
-from ...cache.disk import cache_root
+from ...cache.location import KERNELS, cache_root, writable_cache_root
+from ...errors import CacheWarning
 from .errors import CompileError, CompilerMissing
+from .library_file import damage
 
 # -fno-code-hoisting: gcc 12's code hoisting moves a load that the generated code makes
 # unconditionally (at an index clamped into its tensor, ``nest_values.ExprLowering.select``
@@ -56,10 +71,6 @@ def _toolchain_id() -> str:
     return f"{cc} {version} {' '.join(FLAGS)} {' '.join(LIBS)} {cpu}"
 
 
-def cache_dir() -> Path:
-    return cache_root() / "cpu"
-
-
 _LOADED: dict[str, ctypes.CDLL] = {}
 
 
@@ -71,17 +82,39 @@ def load(source: str, units: list[str] | None = None) -> ctypes.CDLL:
     lib = _LOADED.get(key)
     if lib is not None:
         return lib
-    folder = cache_dir()
-    path = folder / f"{key}.so"
-    if not path.exists():
+    name = f"{key}.so"
+    lib = _cached(cache_root() / KERNELS / name)
+    if lib is None:
+        folder = writable_cache_root() / KERNELS
         folder.mkdir(parents=True, exist_ok=True)
+        path = folder / name
         _compile(units or [source], path, source)
-    try:
-        lib = ctypes.CDLL(str(path))
-    except OSError as error:  # built, but the loader refuses it (a library missing here)
-        raise CompileError(f"cannot load the compiled kernels {path}: {error}") from error
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as error:  # built, but the loader refuses it (a library missing here)
+            path.unlink(missing_ok=True)
+            raise CompileError(f"cannot load the compiled kernels {path}: {error}") from error
     _LOADED[key] = lib
     return lib
+
+
+def _cached(path: Path) -> ctypes.CDLL | None:
+    """The library the disk cache holds at ``path``; None when there is none, or when it
+    cannot be loaded (warned: it is compiled again and replaced)."""
+    try:
+        problem = damage(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        problem = str(error)
+    if problem is None:
+        try:
+            return ctypes.CDLL(str(path))
+        except OSError as error:
+            problem = str(error)
+    warnings.warn(f"tegrad: the cached kernels {path} cannot be loaded ({problem}); they "
+                  f"are compiled again and the file replaced", CacheWarning, stacklevel=3)
+    return None
 
 
 def bind(lib: ctypes.CDLL, name: str, argtypes: list):
@@ -95,7 +128,7 @@ def bind(lib: ctypes.CDLL, name: str, argtypes: list):
 def _compile(units: list[str], path: Path, source: str) -> None:
     """Build ``path`` from the translation units, compiled at once (one gcc per unit,
     concurrently: a program's kernels split over the cores) and linked."""
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
+    with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
         out = Path(tmp) / "kernels.so"
         if len(units) == 1:
             c_file = Path(tmp) / "kernels.c"
@@ -120,6 +153,8 @@ def _compile(units: list[str], path: Path, source: str) -> None:
             kept.write_text(source)
             raise CompileError(f"gcc failed on the generated kernels (source kept at {kept}):"
                                f"\n{errors[0][-4000:]}")
+        with open(out, "rb") as built:
+            os.fsync(built.fileno())
         os.replace(out, path)
 
 
