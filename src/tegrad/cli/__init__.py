@@ -11,7 +11,8 @@ pairs whose name contains it; ``--plain`` prints ``GradCheckReport.summary()`` p
 ``--quiet`` prints one line per pair. Modules: ``options`` (the parser), ``discover``
 (loading FILE.py, finding pairs), ``runner`` (one pair: call, read its dict, check),
 ``render`` (plain text, and the choice of renderer), ``render_rich`` (tables and colour;
-rich is imported only when it is used, never by ``import tegrad``).
+rich is imported only when it is used, never by ``import tegrad``), ``progress`` (the
+report's live bar in a terminal, a line per finished op elsewhere).
 
 The convention and exit statuses (``discover.CONVENTION``, also ``--help``) follow.
 """
