@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: setup run tour report-readme test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
+.PHONY: setup run tour report-readme test docs bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
 
 $(BIN)/activate:
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,10 @@ tour: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest
+
+# the docs site (docs/, mkdocs.yml) into build/site; any warning fails the build
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 fuzz: setup
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py

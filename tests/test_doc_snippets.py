@@ -50,7 +50,7 @@ SETUP = ("make", "pip", "pip3", "git", "cd", "source", ".")
 LONG_JOBS = (
     (r"^python benchmarks/(?!bench_repeat\.py --summarize)", "a benchmark: minutes"),
     (r"^tegrad report(?!.*--ops)", "the whole coverage report: minutes"),
-    (r"^python tests/differential\.py --count", "the fuzzer's long run"),
+    (r"^python tests/differential\.py .*--count \d{4,}", "the fuzzer's long run"),
     (r"^python -m pytest", "the test suite (CI runs it)"),
     (r"^python examples/train_", "a training run: minutes"),
 )

@@ -10,7 +10,8 @@ replaces that line with the part's Markdown, made from what the repository holds
   and ``run_*.json`` of ``benchmarks/bench_repeat.py``);
 - ``bench-cpu``: one run of the suite, ``reports/bench_cpu.json`` (``bench_cpu.py``);
 - ``bench-ab-trees``: two source trees in turns, ``reports/issue28/*.json``
-  (``bench_ab_trees.py``).
+  (``bench_ab_trees.py``);
+- ``tests``: the test modules, each with the first sentence of its docstring.
 
 A JSON file that is missing gives a sentence naming the command that writes it, not a
 failure; an unknown NAME fails the build. The render functions take plain dicts, so
@@ -19,6 +20,7 @@ failure; an unknown NAME fails the build. The render functions take plain dicts,
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import statistics
@@ -138,6 +140,12 @@ def case_table(run: dict) -> str:
     return "\n".join(out)
 
 
+def _titles(run: dict) -> str:
+    """What each case of a run is, as its rows' titles say."""
+    titles = {r["case"]: r.get("title", r["case"]) for r in run["rows"]}
+    return "; ".join(f"{case}: {title}" for case, title in titles.items())
+
+
 def first_call_table(run: dict) -> str:
     """Per case, the first call in a new process with an empty and with a warm cache."""
     out = ["| case | empty cache: generation + compilation + first call, ms "
@@ -176,7 +184,8 @@ def runs_page(summary: dict, runs: list[dict]) -> str:
         out.append(f"| {i + 1} | {gflops:.0f} | {median} | {largest} "
                    f"| {s['errors'] + s['disagreements']} |")
     if runs:
-        out += ["", f"The last run ({len(runs)}), in milliseconds:", "", case_table(runs[-1]),
+        out += ["", f"The last run ({len(runs)}), in milliseconds ({_titles(runs[-1])}):",
+                "", case_table(runs[-1]),
                 "", "Its first calls, each in a new process:", "", first_call_table(runs[-1])]
     return "\n".join(out)
 
@@ -201,7 +210,8 @@ def _bench_cpu(root: Path) -> str:
         return _missing("reports/bench_cpu.json", "make bench-cpu")
     run = json.loads(path.read_text())
     return (f"One run: {_machine([run])}; made by `make bench-cpu` "
-            f"(`python benchmarks/bench_cpu.py --markdown`).\n\n{case_table(run)}\n\n"
+            f"(`python benchmarks/bench_cpu.py --markdown`). In milliseconds "
+            f"({_titles(run)}):\n\n{case_table(run)}\n\n"
             f"First calls, each in a new process:\n\n{first_call_table(run)}")
 
 
@@ -247,9 +257,27 @@ def _bench_ab_trees(root: Path) -> str:
                        for p in paths)
 
 
+# the tests -----------------------------------------------------------------------------------
+
+
+def test_list(modules: dict[str, str]) -> str:
+    """A table of test modules (``{file name: source}``) and their docstrings' first
+    sentences."""
+    out = ["| module | what it tests |", "| --- | --- |"]
+    for name, source in sorted(modules.items()):
+        doc = ast.get_docstring(ast.parse(source)) or ""
+        out.append(f"| `{name}` | {_cell(_first_sentence(doc)) or '-'} |")
+    return "\n".join(out)
+
+
+def _tests(root: Path) -> str:
+    return test_list({p.name: p.read_text() for p in (root / "tests").glob("test_*.py")})
+
+
 GENERATORS: dict[str, Callable[[Path], str]] = {
     "ops": _ops,
     "bench-cpu-runs": _bench_cpu_runs,
     "bench-cpu": _bench_cpu,
     "bench-ab-trees": _bench_ab_trees,
+    "tests": _tests,
 }
