@@ -90,7 +90,8 @@ def test_the_op_list_groups_cases_by_family_with_first_sentences():
              SimpleNamespace(op="add", label="broadcast", category="arithmetic")]
     docs = {"relu": "``max(x, 0)``. Derivative 1/2 at 0.\n\nMore."}
     text = hooks.op_list(cases, ("arithmetic", "activation", "loss"), docs.get)
-    assert text.startswith("2 operators, 3 cases, in 3 families.")
+    assert text.startswith("2 operators (1 `tg.nn` functions and 1 tensor operators), "
+                           "3 cases, in 3 families.")
     assert "### Loss" not in text
     assert text.index("### Arithmetic") < text.index("### Activation")
     assert "| `relu` | 2: default; size-1 dims | ``max(x, 0)``. |" in text

@@ -75,7 +75,9 @@ def op_list(cases: list, categories: tuple[str, ...], doc_of: Callable[[str], st
     for case in cases:
         by_op[case.category].setdefault(case.op, []).append(case.label or "default")
     total = sum(len(ops) for ops in by_op.values())
-    out = [f"{total} operators, {len(cases)} cases, in {len(categories)} families."]
+    functions = sum(doc_of(op) is not None for ops in by_op.values() for op in ops)
+    out = [f"{total} operators ({functions} `tg.nn` functions and {total - functions} "
+           f"tensor operators), {len(cases)} cases, in {len(categories)} families."]
     for category in categories:
         ops = by_op[category]
         if not ops:
