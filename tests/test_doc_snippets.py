@@ -187,9 +187,13 @@ def _environment(cache: Path) -> dict[str, str]:
 
 
 def _run(argv, shell_line: str | None, env) -> subprocess.CompletedProcess:
-    return subprocess.run(argv if shell_line is None else ["bash", "-c", shell_line],
-                          cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, stdin=subprocess.DEVNULL, check=False)
+    try:
+        return subprocess.run(argv if shell_line is None else ["bash", "-c", shell_line],
+                              cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{shell_line or 'the block'} ran more than {TIMEOUT} s: make it "
+                    "smaller (every block takes seconds)", pytrace=False)
 
 
 def _judge(done: subprocess.CompletedProcess, what: str) -> None:
