@@ -5,12 +5,12 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: setup wheel-check run tour test bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
+.PHONY: setup wheel-check run tour test docs bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e ".[test]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[test,docs]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -25,6 +25,10 @@ tour: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest
+
+# the docs site (docs/, mkdocs.yml) into build/site; any warning fails the build
+docs: setup
+	$(BIN)/mkdocs build --strict --site-dir build/site
 
 fuzz: setup
 	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py

@@ -60,14 +60,17 @@ power = _binary("pow")
 
 
 def equal(a, b) -> Expr:
+    """``a == b``, a condition."""
     return binary("eq", a, b)
 
 
 def not_equal(a, b) -> Expr:
+    """``a != b``, a condition."""
     return binary("ne", a, b)
 
 
 def logical_not(a) -> Expr:
+    """The negation of condition ``a``."""
     return unary("not", a)
 
 
@@ -82,6 +85,7 @@ def all(*conds) -> Expr:  # noqa: A001
 
 
 def any(*conds) -> Expr:  # noqa: A001
+    """Disjunction; ``tg.any(c1, c2)`` or ``tg.any([c1, c2])``."""
     items = (
         list(conds[0]) if len(conds) == 1 and isinstance(conds[0], (list, tuple)) else list(conds)
     )
@@ -91,14 +95,18 @@ def any(*conds) -> Expr:  # noqa: A001
 
 
 def if_then_else(cond, a, b) -> Expr:
+    """``a`` where ``cond`` holds, else ``b``; a read in the branch not taken may leave its
+    tensor (a guarded read, such as padding)."""
     return select(cond, a, b)
 
 
 def const(value, dtype: str | None = None) -> Expr:
+    """A constant expression of ``dtype`` (default: from the Python value)."""
     return _const(value, dtype)
 
 
 def cast(x, dtype: str):
+    """``x`` converted to ``dtype``: an expression, or for a tensor a new tensor."""
     if isinstance(x, Tensor):
         return compute(x.shape, lambda *i: _cast(x[i], dtype), name=unique_name("T_cast"))
     return _cast(as_expr(x), dtype)

@@ -70,22 +70,27 @@ def sum(expr, axis, where=None) -> Expr:  # noqa: A001 - the API name
 
 
 def prod(expr, axis, where=None) -> Expr:
+    """product over ``axis`` of ``expr`` where ``where`` holds."""
     return make_reduce(PROD, expr, axis, where)
 
 
 def max(expr, axis, where=None) -> Expr:  # noqa: A001
+    """maximum over ``axis`` of ``expr`` where ``where`` holds (ties share the gradient)."""
     return make_reduce(MAX, expr, axis, where)
 
 
 def min(expr, axis, where=None) -> Expr:  # noqa: A001
+    """minimum over ``axis`` of ``expr`` where ``where`` holds (ties share the gradient)."""
     return make_reduce(MIN, expr, axis, where)
 
 
 def argmax(expr, axis, where=None) -> Expr:
+    """index of the maximum over ``axis`` (an integer; not differentiable)."""
     return make_reduce(ARGMAX, expr, axis, where)
 
 
 def argmin(expr, axis, where=None) -> Expr:
+    """index of the minimum over ``axis`` (an integer; not differentiable)."""
     return make_reduce(ARGMIN, expr, axis, where)
 
 
@@ -117,4 +122,6 @@ class CommReducer:
 
 
 def comm_reducer(fcombine: Callable, fidentity: Callable, name: str | None = None) -> CommReducer:
+    """A reducer called like ``tg.sum``: ``fcombine(a, b)`` combines two values,
+    ``fidentity(dtype)`` gives the identity; differentiable when ``fcombine`` is."""
     return CommReducer(fcombine, fidentity, name)

@@ -90,6 +90,7 @@ def normalize_shape(shape) -> tuple[int, ...]:
 
 
 def placeholder(shape, dtype: str = "float32", name: str | None = None) -> Placeholder:
+    """An input tensor of ``shape`` (a tuple, or ``()`` for 0-d) and ``dtype``."""
     shape = normalize_shape(shape)
     return Placeholder(shape, dt.check(dtype), name or unique_name("placeholder"), fresh_uid())
 
