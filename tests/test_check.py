@@ -317,3 +317,19 @@ def test_cancellation_in_the_forward_is_no_false_alarm():
     y = tg.nn.gelu(x, approximate="tanh")
     values = {x: np.linspace(-6.0, -3.0, 15).reshape(3, 5)}
     tg.check_gradient(y, [x], values=values)
+
+
+def test_a_pattern_pass_with_missing_pairs_says_why_they_are_not_counted():
+    """Nonlinear in X: the pattern check finds the missing pairs of a backward that drops
+    a column but does not count them (the value checks fail it); its detail says so."""
+    X = tg.placeholder((4, 6), "float64", name="X")
+    Y = tg.compute((4, 6), lambda i, j: tg.exp(X[i, j]) * X[i, j], name="Y")
+    dY = tg.placeholder(Y.shape, "float64", name="dY")
+    (dX,) = tg.gradient(Y, [X], head=dY)
+    dX_bug = tg.compute(X.shape, lambda i, j: tg.if_then_else(j < 5, dX[i, j], 0.0),
+                        name="dX_bug")
+    report = tg.check_gradient(Y, [X], [dX_bug], head=dY, raise_on_failure=False)
+    pattern = report.results["X"].checks[0]
+    assert not report.passed
+    assert pattern.verdict == "PASS" and "4 missing" in pattern.detail
+    assert "not counted: the forward is nonlinear" in pattern.detail

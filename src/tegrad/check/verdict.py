@@ -107,6 +107,10 @@ def _pattern(pair, name, res) -> np.ndarray | None:
     detail = f"{n_pairs} (output, input) pairs; {n_missing} missing, {n_spurious} spurious"
     if missing.any():
         detail += f"; missing at {describe_region(missing.reshape(shape))}"
+        if not res.linear:
+            detail += ("; missing pairs are not counted: the forward is nonlinear in this "
+                       "input, where a backward may rightly skip pairs (one routed by an "
+                       "argmax); the value checks judge them")
     if spurious.any():
         detail += f"; spurious at {describe_region(spurious.reshape(shape))}"
     if not exact:
