@@ -298,8 +298,11 @@ def test_processes_building_the_same_program_at_once(tmp_path):
     assert contents.survey(cache)[contents.OTHER].files == 0
     names = {p.name for p in (cache / "cpu").iterdir()}
     assert {run["library"] for run in runs} < names  # (and the helpers')
-    assert {Path(n).suffix for n in names} == {".so"}  # no build folder or failure left
-    assert all(damage(cache / "cpu" / n) is None for n in names)
+    # no build folder, failure or index entry being written left
+    assert {Path(n).suffix for n in names} == {".so", ".kernel"}
+    assert all(damage(cache / "cpu" / n) is None for n in names if n.endswith(".so"))
+    for entry in (cache / "cpu").glob("*.kernel"):  # each names a whole library
+        assert damage(cache / "cpu" / f"{entry.read_text().strip()}.so") is None
     assert [p.name.split("-")[0] for p in sorted((cache / "graphs").iterdir())] == [
         "cpu", "gradient"]  # no temporary .part file left
 

@@ -3,8 +3,10 @@
 A part is a folder tegrad writes (``location.KERNELS``, ``location.GRAPHS``) and the names
 it writes there:
 
-  cpu/     ``<key>.so`` compiled kernels, ``<key>.failed.c`` the source gcc refused, and
-           ``.build-*`` folders of builds in progress (or of a killed process)
+  cpu/     ``<key>.so`` compiled kernels, ``<key>.kernel`` the index of kernels by
+           structure (``backends/cpu/kernel_cache.py``), ``<key>.failed.c`` the source
+           gcc refused, and ``.build-*`` folders of builds in progress (or of a killed
+           process) and index entries being written
   graphs/  ``<kind>-<key>.pkl`` stored programs and gradients, and ``.*.part`` files being
            written
 
@@ -23,7 +25,7 @@ from pathlib import Path
 from .location import GRAPHS, KERNELS
 
 PARTS = {
-    KERNELS: ("cpu kernels", re.compile(r"[0-9a-f]{32}\.(so|failed\.c)|\.build-.*")),
+    KERNELS: ("cpu kernels", re.compile(r"[0-9a-f]{32}\.(so|kernel|failed\.c)|\.build-.*")),
     GRAPHS: ("stored graphs", re.compile(r"[\w.]+-[0-9a-f]{32}\.pkl|\..*\.part")),
 }
 OTHER = "other"

@@ -57,7 +57,7 @@ def group(p: Plan, options: Options) -> Plan:
     """``p`` with general kernels of one loop nest written together (module header);
     ``options.max_regions`` as the loop nests will be built (``nest_build.py``)."""
     kernels = list(p.kernels)
-    plain = partial(_plain, max_regions=options.max_regions)
+    plain = _Remembered(partial(_plain, max_regions=options.max_regions))
     _merge_into_each(kernels, lambda ks, k: _absorb(ks, k, plain))  # same shape, earlier
     _place_columns(kernels, plain)  # column sums into a row kernel before them
     j = len(kernels) - 1
@@ -70,6 +70,22 @@ def group(p: Plan, options: Options) -> Plan:
         j -= 1
     _READS.clear()
     return Plan(kernels, p.outputs, p.notes)
+
+
+class _Remembered:
+    """``fn(kernel)``, once per kernel object: ``_plain`` asks the loop-nest facts
+    (regions, column order, residues) of one kernel's body, which take a walk of it, and
+    the searches below ask it of each earlier kernel for every later one."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.known: dict = {}  # id(kernel) -> (kernel, answer)
+
+    def __call__(self, kernel):
+        hit = self.known.get(id(kernel))
+        if hit is None or hit[0] is not kernel:
+            hit = self.known[id(kernel)] = (kernel, self.fn(kernel))
+        return hit[1]
 
 
 def _merge_into_each(kernels: list, absorb) -> None:
@@ -129,12 +145,13 @@ def _place_columns(kernels: list, plain) -> None:
     while j < len(kernels):
         d = kernels[j]
         best = None
-        if isinstance(d, General) and not d.written():
+        if isinstance(d, General) and not d.written() and _column_sum(d.body_of):
             later: set = set()  # made by the candidate or after it: a summand may not read
             for k in range(j - 1, -1, -1):
                 b = kernels[k]
                 later.update(_made(b))
-                if not plain(b) or len(b.body_of.axes) < 2:
+                if (not isinstance(b, General) or len(b.body_of.axes) < 2
+                        or b.body_of.shape[-1:] != d.body_of.shape or not plain(b)):
                     continue
                 body_b = b.body_of
                 summand = _column_summand(d.body_of, body_b.axes, body_b.shape)
@@ -153,25 +170,32 @@ def _place_columns(kernels: list, plain) -> None:
         del kernels[j]
 
 
+def _column_sum(d) -> bool:
+    """Whether ``d`` may be a column sum of some row nest (``_column_summand`` asks the
+    rest): a 1-D float sum with no ``where``, over axes from 0."""
+    body = d.body
+    return (isinstance(body, Reduce) and body.combiner.name == "sum" and body.where is None
+            and d.dtype in ("float32", "float64") and body.dtype == d.dtype
+            and len(d.shape) == 1 and d.axes[0].lo == 0)
+
+
 def _column_summand(d, axes, shape):
     """``d = sum_{r...} s(r..., j)``, the sum over ``axes[:-1]`` of a row nest of
     ``shape``: ``s`` over ``axes``, else None. A float sum with no ``where``."""
     body = d.body
-    if (not isinstance(body, Reduce) or body.combiner.name != "sum" or body.where is not None
-            or d.dtype not in ("float32", "float64") or body.dtype != d.dtype
-            or d.shape != shape[-1:] or len(body.axes) != len(axes) - 1):
+    if (not _column_sum(d) or d.shape != shape[-1:] or len(body.axes) != len(axes) - 1):
         return None
     for r, v, n in zip(body.axes, axes[:-1], shape[:-1], strict=True):
         if r.lo != 0 or r.extent != n or v.lo != 0:
             return None
-    if d.axes[0].lo != 0 or axes[-1].lo != 0:
+    if axes[-1].lo != 0:
         return None
     return substitute(body.source, {**dict(zip(body.axes, axes[:-1], strict=True)),
                                     d.axes[0]: axes[-1]})
 
 
 def _made(kernel: Kernel) -> set:
-    return set(reads_and_makes(kernel)[1])
+    return set(kernel.makes())
 
 
 def _absorb(kernels: list, k: int, plain):
@@ -183,12 +207,18 @@ def _absorb(kernels: list, k: int, plain):
         return None
     body_b = b.body_of
     bodies_b = [body_b.body, *(body for _, body in b.also)]
+    read_by_b = {t for body in bodies_b for t in tensors_read(body)}
+    between: set = set()  # what kernels j + 1 .. k - 1 read
     for j in range(k - 1, -1, -1):
+        if j < k - 1:
+            between |= _reads(kernels[j + 1])
         a = kernels[j]
+        if a.tensor not in read_by_b or a.tensor.shape != b.tensor.shape:
+            continue  # not read by kernel k, or of another shape
         made = _made(a)  # (no column sums yet: its tensor and what it also writes)
-        if any(made & _reads(kernels[m]) for m in range(j + 1, k)):
+        if made & between:
             continue  # read in between: it must exist before kernel k runs
-        if not plain(a) or a.tensor.shape != b.tensor.shape:
+        if not plain(a):
             continue
         reads = [e for body in bodies_b for e in walk(body)
                  if isinstance(e, Read) and e.tensor in made]

@@ -12,7 +12,8 @@
   ScanKernel   a recurrence: its step graph planned once and run once per step
 
 Every kernel has ``tensor`` (what it makes first), ``kind`` (its name above, for
-descriptions) and ``reads_and_makes()``. Targets dispatch on the class.
+descriptions), ``reads_and_makes()`` and ``makes()`` (the second half of the first, without
+walking a body). Targets dispatch on the class.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class General:
         also = self.written()
         reads = [*tensors_read(self.body_of.body),
                  *(r for _, b in also for r in tensors_read(b))]
-        return reads, [self.tensor, *(t for t, _ in also)]
+        return reads, self.makes()
+
+    def makes(self) -> list[Tensor]:
+        return [self.tensor, *(t for t, _ in self.written())]
 
     def describe(self) -> str:
         said = [f"reads {', '.join(p.name for p in self.parts)}"] if self.parts else []
@@ -70,7 +74,10 @@ class _WholeBody:
     tensor: Compute
 
     def reads_and_makes(self) -> tuple[list[Tensor], list[Tensor]]:
-        return list(tensors_read(self.tensor.body)), [self.tensor]
+        return list(tensors_read(self.tensor.body)), self.makes()
+
+    def makes(self) -> list[Tensor]:
+        return [self.tensor]
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,10 @@ class ScanKernel:
         return self.op.outputs[0]
 
     def reads_and_makes(self) -> tuple[list[Tensor], list[Tensor]]:
-        return [*self.op.inits, *self.op.external], list(self.outputs)
+        return [*self.op.inits, *self.op.external], self.makes()
+
+    def makes(self) -> list[Tensor]:
+        return list(self.outputs)
 
     def describe(self) -> str:
         inner = "; ".join(f"{k.kind} {k.tensor.name}" for k in self.plan.kernels)

@@ -1,18 +1,19 @@
 """Compiling generated C with gcc, and the on-disk cache of shared libraries.
 
-One shared library per program: every general kernel of its plan (scan steps included) is
-a function of it. Its kernels are dealt into one translation unit per core, compiled
-concurrently and linked (an LSTM's forward and backward: about 2 s of gcc on one core).
-The library is stored under ``$TEGRAD_CACHE_DIR`` (default ``~/.cache/tegrad``; a
-temporary directory when that cannot be written, ``cache/location.py``) as
-``cpu/<key>.so``, where ``key`` hashes the source (which spells out the structure, shapes
-and dtypes), the flags, the compiler's version and the processor (the code is built for
-it: ``-march=native``). A new process that builds the same program loads the library
-instead of compiling it.
+``load(source)`` gives the shared library of ``source``: from this process, the disk
+cache or gcc. The library is stored under ``$TEGRAD_CACHE_DIR`` (default
+``~/.cache/tegrad``; a temporary directory when that cannot be written,
+``cache/location.py``) as ``cpu/<key>.so``, where ``key`` (``library_key``) hashes the
+source (which spells out the structure, shapes and dtypes), the flags, the compiler's
+version and the processor (the code is built for it: ``-march=native``). A new process
+that needs the same source loads the library instead of compiling it. A program's
+kernels are found by their structure, each distinct kernel compiled once, in libraries
+of the kernels new at the same time (``kernel_cache.py``); the helpers (products,
+copies, a scan's step loop) are one library each.
 
 gcc builds in a folder of its own beside the cache's files (``cpu/.build-*``); the finished
 library is flushed to the disk and renamed into place, so processes building the same
-program at once (DDP workers) each load a whole library, theirs or another's.
+library at once (DDP workers) each load a whole one, theirs or another's.
 
 A cached library that cannot be loaded (cut short, garbage, refused by the loader) is
 compiled again and the file replaced, with one ``CacheWarning`` naming it. It is checked
@@ -32,6 +33,7 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
@@ -71,30 +73,55 @@ def _toolchain_id() -> str:
     return f"{cc} {version} {' '.join(FLAGS)} {' '.join(LIBS)} {cpu}"
 
 
-_LOADED: dict[str, ctypes.CDLL] = {}
+_LOADED: dict[str, ctypes.CDLL] = {}  # library key -> the library, loaded
+_DAMAGED: set[Path] = set()  # cached libraries found unloadable here (warned once)
+STATS: Counter = Counter()  # "gcc runs": compiler processes started by this process
+
+
+def library_key(source: str) -> str:
+    """The key of ``source``'s library: its text, the compiler, the flags, the CPU."""
+    return hashlib.sha256((_toolchain_id() + "\n" + source).encode()).hexdigest()[:32]
 
 
 def load(source: str, units: list[str] | None = None) -> ctypes.CDLL:
     """The shared library of ``source``: from this process, the disk cache, or gcc.
     ``units``, when given, are translation units whose concatenation is ``source`` less
     their shared ``prelude`` (``_compile``)."""
-    key = hashlib.sha256((_toolchain_id() + "\n" + source).encode()).hexdigest()[:32]
+    key = library_key(source)
     lib = _LOADED.get(key)
     if lib is not None:
         return lib
     name = f"{key}.so"
-    lib = _cached(cache_root() / KERNELS / name)
+    lib = stored(key)
     if lib is None:
         folder = writable_cache_root() / KERNELS
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         _compile(units or [source], path, source)
+        _DAMAGED.discard(cache_root() / KERNELS / name)
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as error:  # built, but the loader refuses it (a library missing here)
             path.unlink(missing_ok=True)
             raise CompileError(f"cannot load the compiled kernels {path}: {error}") from error
     _LOADED[key] = lib
+    return lib
+
+
+def loaded(key: str) -> ctypes.CDLL | None:
+    """The library of key ``key`` if this process has loaded it, else None."""
+    return _LOADED.get(key)
+
+
+def stored(key: str) -> ctypes.CDLL | None:
+    """The library of key ``key``, loaded here or from the disk cache; None when the cache
+    has none, or one that cannot be loaded (warned once: it is to be compiled again)."""
+    lib = _LOADED.get(key)
+    if lib is None:
+        path = cache_root() / KERNELS / f"{key}.so"
+        lib = None if path in _DAMAGED else _cached(path)
+        if lib is not None:
+            _LOADED[key] = lib
     return lib
 
 
@@ -112,6 +139,7 @@ def _cached(path: Path) -> ctypes.CDLL | None:
             return ctypes.CDLL(str(path))
         except OSError as error:
             problem = str(error)
+    _DAMAGED.add(path)
     warnings.warn(f"tegrad: the cached kernels {path} cannot be loaded ({problem}); they "
                   f"are compiled again and the file replaced", CacheWarning, stacklevel=3)
     return None
@@ -141,6 +169,7 @@ def _compile(units: list[str], path: Path, source: str) -> None:
                 c_file = Path(tmp) / f"unit{k}.c"
                 c_file.write_text(unit)
                 runs.append([compiler(), *FLAGS, "-c", str(c_file), "-o", str(obj)])
+        STATS["gcc runs"] += len(runs) + (len(units) > 1)
         started = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True) for cmd in runs]
         errors = [err for proc in started for _, err in [proc.communicate()] if proc.returncode]
@@ -161,11 +190,18 @@ def _compile(units: list[str], path: Path, source: str) -> None:
 def split_units(prelude: str, functions: list[str], count: int) -> list[str]:
     """``functions`` dealt into at most ``count`` translation units of about equal source
     length, each after ``prelude``."""
+    return ["\n\n".join([prelude, *(functions[n] for n in members)])
+            for members in deal(functions, count)]
+
+
+def deal(functions: list[str], count: int) -> list[list[int]]:
+    """The positions of ``functions`` dealt into at most ``count`` groups of about equal
+    length: longest first, each to the group shortest so far."""
     count = max(1, min(count, len(functions)))
-    bins: list[list[str]] = [[] for _ in range(count)]
+    bins: list[list[int]] = [[] for _ in range(count)]
     sizes = [0] * count
-    for text in sorted(functions, key=len, reverse=True):
+    for n in sorted(range(len(functions)), key=lambda n: len(functions[n]), reverse=True):
         k = sizes.index(min(sizes))
-        bins[k].append(text)
-        sizes[k] += len(text)
-    return ["\n\n".join([prelude, *b]) for b in bins if b]
+        bins[k].append(n)
+        sizes[k] += len(functions[n])
+    return [b for b in bins if b]

@@ -1,9 +1,10 @@
 """A general kernel's C and its compiled function: the parts of ``program.py`` that the
 scan step traces (``step_trace.py``) also bind to.
 
-``KernelText`` is the C of one kernel, plain data; ``Library`` compiles the kernels of one
-program (and its scans' step programs) into one shared library; ``CompiledKernel`` calls
-one kernel's function on the arrays it reads."""
+``KernelText`` is the C of one kernel, plain data; ``Library`` finds the compiled
+functions of the kernels of one program (and its scans' step programs), compiling those
+not compiled before (``kernel_cache.py``: kernels equal up to their names are one
+function); ``CompiledKernel`` calls one kernel's function on the arrays it reads."""
 
 from __future__ import annotations
 
@@ -16,9 +17,9 @@ import numpy as np
 
 from ...ir.tensor import Tensor
 from ...options import cores
-from ..c.c_ops import PRELUDE
+from . import kernel_cache
 from .buffers import BufferPool
-from .compiler import bind, load, split_units
+from .compiler import bind
 from .copy import helper as copy_helper
 from .gemm import helper as gemm_helper
 from .replay import data_address
@@ -43,20 +44,30 @@ class KernelText:
 
 
 class Library:
-    """The kernels of one program (and its scans' step programs): one library."""
+    """The kernels of one program (and its scans' step programs): kernel name -> its
+    compiled function's library and symbol, once ``load`` has run."""
 
     def __init__(self, texts: list[KernelText]):
-        self.texts = [k.text for k in texts]
-        self.lib = None
+        self.keys = {}  # kernel name -> kernel key
+        self.sources = {}  # kernel key -> its C as tg_<key>
+        for k in texts:
+            key, source = kernel_cache.kernel_key(k.text, k.name)
+            self.keys[k.name] = key
+            self.sources.setdefault(key, source)
+        self.libraries: dict = {}  # kernel key -> library
 
     def load(self) -> None:
         # the product and copy helpers are built (on a first run: cached after) meanwhile
         with ThreadPoolExecutor(max_workers=2) as side:
             helpers = [side.submit(_build_quietly, build) for build in (copy_helper, gemm_helper)]
-            self.lib = load("\n\n".join([PRELUDE, *self.texts]),
-                            split_units(PRELUDE, self.texts, compile_jobs()))
+            self.libraries = kernel_cache.functions(self.sources, compile_jobs())
             for job in helpers:
                 job.result()
+
+    def function(self, name: str, argtypes: list):
+        """The compiled function of the kernel ``name``, called with ``argtypes``."""
+        key = self.keys[name]
+        return bind(self.libraries[key], f"tg_{key}", argtypes)
 
 
 def _build_quietly(build) -> None:
@@ -115,8 +126,8 @@ class CompiledKernel:
     def bound(self):
         """The compiled function (``fn(pointers, err, threads)``), loaded on first use."""
         if self.fn is None:
-            self.fn = bind(self.unit.lib, self.src.name,
-                           [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+            self.fn = self.unit.function(self.src.name,
+                                         [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
         return self.fn
 
     def raise_error(self) -> None:
