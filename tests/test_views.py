@@ -69,6 +69,45 @@ def test_a_broadcast_overlaps():
     assert found.overlapping and found.coefficients == ((0, 0), (0, 1))
 
 
+# -- realization: every form, on sources of every layout ------------------------------------
+
+FORMS = {
+    "transpose": ((6, 4), lambda x: tg.nn.transpose(x, 0, 1)),
+    "slices": ((6, 4), lambda x: tg.compute((2, 3), lambda i, j: x[2 * i + 1, j + 1])),
+    "fixed": ((6, 4), lambda x: tg.compute((4,), lambda j: x[3, j])),
+    "unsqueeze": ((6, 4), lambda x: tg.compute((4, 1, 6), lambda i, u, j: x[j, i])),
+    "broadcast": ((6, 4), lambda x: tg.compute((3, 6, 4), lambda b, i, j: x[i, j])),
+    "diagonal": ((6, 4), lambda x: tg.compute((4,), lambda i: x[i, i])),
+    "window": ((6, 4), lambda x: tg.compute((3, 4), lambda i, k: x[i + k, 1])),
+    "merge": ((6, 4), lambda x: tg.nn.reshape(x, (24,))),
+    "split": ((6, 4), lambda x: tg.nn.reshape(x, (3, 2, 2, 2))),
+    "merge_slice": ((6, 4), lambda x: tg.compute((5,), lambda f: x[(f + 7) // 4, (f + 7) % 4])),
+}
+
+
+@pytest.mark.parametrize("layout", ["c_order", "transposed", "strided"])
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_a_view_reads_what_the_compute_reads(form, layout):
+    """``ViewOf`` against the reference evaluator, on a C-ordered source, a transposed
+    one and one with gaps between its elements (the flat forms copy the last two)."""
+    from tegrad.backends.host.evaluate import evaluate_compute
+    from tegrad.backends.host.view_kernel import ViewOf
+
+    shape, make = FORMS[form]
+    X = ph(shape, "X", "float64")
+    t = make(X)
+    found = match_reindexing(t)
+    assert found is not None and found.source is X
+    base = normal(shape, dtype="float64")
+    array = {"c_order": base, "transposed": np.asfortranarray(base),
+             "strided": np.repeat(base, 2, axis=1)[:, ::2]}[layout]
+    got = ViewOf(found)({X: array})
+    assert np.array_equal(got, evaluate_compute(t, {X: base}))
+    assert got.flags.writeable == (not found.overlapping)
+    if found.layout == "dims" or layout == "c_order":
+        assert np.shares_memory(got, array)
+
+
 # -- outputs are views, equal to copies ---------------------------------------------------
 
 CASES = {

@@ -53,11 +53,14 @@ class BufferPool:
                     self.lent.append(arr)  # held elsewhere: free once let go (reclaim)
 
     def lend(self, outputs: list) -> None:
+        owned = [a for a in outputs if isinstance(a, np.ndarray) and a.base is None
+                 and a.nbytes >= self.min_bytes]  # (none where every output is a view)
+        if not owned:
+            return
         with self.lock:
             known = {id(a) for a in self.lent}
-            for a in outputs:  # once each: a tensor listed twice is one array
-                if (isinstance(a, np.ndarray) and a.nbytes >= self.min_bytes and a.base is None
-                        and id(a) not in known):
+            for a in owned:  # once each: a tensor listed twice is one array
+                if id(a) not in known:
                     known.add(id(a))
                     self.lent.append(a)
 

@@ -45,17 +45,22 @@ class ViewOf:
             return a.reshape(self.shape)
         if self.flat:
             a = np.ascontiguousarray(a).reshape(-1)
-        if self.basic is not None:
-            index, order = self.basic
-            return a[index].transpose(order).reshape(self.shape)
-        return self._strided(a)
+        if self.basic is None:
+            return self._strided(a)
+        index, order, shaped = self.basic
+        if index is not None:
+            a = a[index]
+        if order is not None:
+            a = a.transpose(order)
+        return a.reshape(self.shape) if shaped or (index is None and order is None) else a
 
     def _basic(self):
-        """``(index, order)`` when each output axis of extent above 1 reads at most one
-        source dim and each dim is read by at most one axis, each of them an output axis:
-        ``a[index]`` keeps one dim per such axis (a slice from ``k_d`` by ``c``; the other
-        dims fixed at ``k_d``), ``transpose(order)`` puts them in output order, and a
-        reshape adds the axes of extent 1. None otherwise."""
+        """``(index, order, shaped)`` when each output axis of extent above 1 reads at
+        most one source dim and each dim is read by at most one axis: ``a[index]`` keeps
+        one dim per such axis (a slice from ``k_d`` by ``c``; the other dims fixed at
+        ``k_d``), ``transpose(order)`` puts them in output order, and a reshape adds the
+        axes of extent 1 where ``shaped``. ``index`` None: every dim whole; ``order``
+        None: in order already. None where the view is no such one."""
         dims = len(self.offset)
         taken: dict[int, int] = {}  # source dim -> output axis
         for j, row in enumerate(self.coefficients):
@@ -76,7 +81,12 @@ class ViewOf:
                 index.append(k)
         kept = sorted(taken)  # the dims left, in source order
         order = tuple(sorted(range(len(kept)), key=lambda m: taken[kept[m]]))
-        return (*index, Ellipsis), order
+        extents = (math.prod(self.source.shape),) if self.flat else self.source.shape
+        whole = len(kept) == dims and all(
+            i == slice(0, n, 1) for i, n in zip(index, extents, strict=True))
+        shaped = len(kept) != len(self.shape)  # axes of extent 1 to add
+        return (None if whole else (*index, Ellipsis),
+                None if order == tuple(range(len(kept))) else order, shaped)
 
     def _strided(self, a: np.ndarray) -> np.ndarray:
         strides = tuple(sum(c * s for c, s in zip(row, a.strides, strict=True))
