@@ -53,6 +53,37 @@ def test_a_reshape_and_its_gradient_are_row_major_strides():
     assert back.layout == "flat" and back.coefficients == ((512,), (16,), (1,))
 
 
+def _factorings(n: int) -> list[tuple[int, ...]]:
+    """Every shape of ``n`` elements of at most four axes above 1, and three of them with
+    an axis of extent 1 inserted."""
+    out = []
+
+    def go(rest: int, shape: list[int]) -> None:
+        if rest == 1 and shape:
+            out.append(tuple(shape))
+        for f in range(2, rest + 1):
+            if rest % f == 0 and len(shape) < 4:
+                go(rest // f, [*shape, f])
+
+    go(n, [])
+    return out + [(s[0], 1, *s[1:]) for s in out[:3]]
+
+
+@pytest.mark.parametrize("n", [12, 30, 64])
+def test_every_reshape_is_a_view(n):
+    """Between any two shapes of ``n`` elements, nested or not (``(2, 3, 2) -> (3, 4)``
+    crosses its axes), the reshape is a row-major view equal to NumPy's."""
+    from tegrad.backends.host.view_kernel import ViewOf
+
+    for a in _factorings(n):
+        X = ph(a, "X", "float64")
+        x = np.arange(n, dtype=np.float64).reshape(a)
+        for b in _factorings(n):
+            found = match_reindexing(tg.nn.reshape(X, b))
+            assert found is not None, (a, b)
+            assert np.array_equal(ViewOf(found)({X: x}), x.reshape(b)), (a, b)
+
+
 @pytest.mark.parametrize("make", [
     lambda x: tg.nn.flip(x, (0,)),  # a negative stride
     lambda x: tg.compute((36,), lambda f: x[f % 6, f // 6]),  # a transpose merged: no cancel

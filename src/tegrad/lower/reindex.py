@@ -21,11 +21,16 @@ division by a positive constant (every integer ``X``, ``G`` and ``a, b, n > 0``)
 
     X % n = X - n (X // n)           (X // a) // b = X // (a b)
     (n G + R) // n = G + R // n      R // n = q  where q n <= R < (q + 1) n on the ranges
+    (g G + R) // (g h) = G // h      where 0 <= R < g on the ranges
 
 Equal quotients are one atom, so the address of a reshape ``(6,) -> (2, 3)`` read back,
 ``S[(3 i + j) // 3, (3 i + j) % 3]`` with ``R = (3, 1)``, is
 ``3 (i + j // 3) + (3 i + j) - 3 (i + j // 3)``, where ``j // 3 = 0`` (``0 <= j < 3``):
-``3 i + j``, strides ``(3, 1)``. A form whose atoms are all variables is affine.
+``3 i + j``, strides ``(3, 1)``. A form whose atoms are all variables is affine. The
+rules give equal quotients one form where the divisors nest (``flatten``, a head split);
+where they do not (``(2, 3, 2) -> (3, 4)`` reads ``(4 i + j) // 6`` and
+``(2 i + j // 2) // 3``), the terms left are summed on the grid of their variables,
+enumerated in full (a proof), and an affine sum is affine.
 
 Limits: reads under a guard (padding), clamps, ``min``/``max`` and data-dependent indices
 are no re-indexing; a negative stride (a flip) is refused, since neither BLAS nor
@@ -38,11 +43,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..ir import dtype as dt
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Unary, Var
 from ..ir.tensor import Compute, Tensor
 
 Form = tuple[dict, int]  # atom -> coefficient, constant
+GRID_POINTS = 1 << 18  # the most points a group of quotient terms is enumerated on
 
 
 @dataclass(frozen=True)
@@ -75,11 +83,12 @@ def match_reindexing(t: Compute) -> Strides | None:
     if any(f is None for f in forms):
         return None
     row_major = [math.prod(body.tensor.shape[d + 1:]) for d in range(len(body.indices))]
-    if all(_affine(f) for f in forms):
-        layout, per_dim = "dims", forms
-    else:
-        address = _sum([_scaled(f, r) for f, r in zip(forms, row_major, strict=True)])
-        if not _affine(address):
+    per_dim = [_as_affine(f) for f in forms]
+    layout = "dims"
+    if any(f is None for f in per_dim):
+        address = _as_affine(_sum([_scaled(f, r) for f, r in zip(forms, row_major,
+                                                                   strict=True)]))
+        if address is None:
             return None
         layout, per_dim = "flat", [address]
     coefficients = tuple(tuple(f[0].get(v, 0) if v.extent > 1 else 0 for f in per_dim)
@@ -104,8 +113,55 @@ def _injective(steps: list[int], shape: tuple[int, ...]) -> bool:
     return True
 
 
-def _affine(f: Form) -> bool:
-    return all(isinstance(atom, Var) for atom in f[0])
+def _as_affine(f: Form) -> Form | None:
+    """``f`` as an affine form (its atoms variables only), or None where it is not one.
+    Quotient terms that the rules leave (quotients by composite divisors reached in
+    another order: ``(4 i + j) // 6`` and ``(2 i + j // 2) // 3``) are decided on the
+    grid of their variables, each group of terms sharing variables on its own: enumerated
+    in full, a proof, up to ``GRID_POINTS`` points a group."""
+    coeffs, k = f
+    linear = {a: w for a, w in coeffs.items() if isinstance(a, Var)}
+    groups: list[tuple[set, list]] = []
+    for atom, w in coeffs.items():
+        if isinstance(atom, Var):
+            continue
+        used = _variables(atom)
+        joined = [g for g in groups if g[0] & used]
+        groups = [g for g in groups if not g[0] & used]
+        groups.append((used.union(*(g[0] for g in joined)),
+                       [(atom, w), *(t for g in joined for t in g[1])]))
+    for used, terms in groups:
+        order = sorted(used, key=lambda v: v.uid)
+        if math.prod(v.extent for v in order) > GRID_POINTS:
+            return None
+        grid = {v: np.arange(v.extent).reshape([-1 if u is v else 1 for u in order])
+                for v in order}
+        values = sum(w * _values(atom, grid) for atom, w in terms)
+        values = np.broadcast_to(values, [v.extent for v in order])
+        origin = int(values[(0,) * len(order)])
+        steps = [int(values[tuple(int(u is v) for u in order)]) - origin if v.extent > 1
+                 else 0 for v in order]
+        if not np.array_equal(values, origin + sum(s * grid[v] for s, v in zip(
+                steps, order, strict=True))):
+            return None
+        k += origin
+        for v, step in zip(order, steps, strict=True):
+            linear[v] = linear.get(v, 0) + step
+    return {v: w for v, w in linear.items() if w}, k
+
+
+def _variables(atom) -> set:
+    (coeffs, _), _ = atom
+    out = set()
+    for a, _ in coeffs:
+        out |= {a} if isinstance(a, Var) else _variables(a)
+    return out
+
+
+def _values(atom, grid: dict) -> np.ndarray:
+    (coeffs, k), m = atom
+    total = k + sum(w * (grid[a] if isinstance(a, Var) else _values(a, grid)) for a, w in coeffs)
+    return np.floor_divide(total, m)
 
 
 def _scaled(f: Form, c: int) -> Form:
@@ -153,23 +209,33 @@ def _form(e: Expr, axes: set) -> Form | None:
 
 
 def _floor(f: Form, m: int) -> Form:
-    """``f // m`` (``m > 0``): the terms whose coefficients ``m`` divides leave the
-    quotient, what remains is a constant over its range or one quotient atom."""
+    """``f // m`` (``m > 0``) in a canonical form, so that equal quotients are one atom:
+    the terms whose coefficients ``m`` divides leave the quotient and a remainder constant
+    over its range is folded; else, for the largest divisor ``g`` of ``m`` splitting
+    ``f = g G + R`` with ``0 <= R < g``, ``f // m = G // (m / g)``; a quotient of a
+    quotient is one quotient; else one quotient atom."""
     if m == 1:
         return f
     coeffs, k = f
     whole = {a: w // m for a, w in coeffs.items() if w % m == 0}
     rest = {a: w for a, w in coeffs.items() if w % m}
-    lifted, k = divmod(k, m)
-    lo, hi = _range((rest, k))
+    lifted, r = divmod(k, m)
+    lo, hi = _range((rest, r))
     if lo // m == hi // m:
         return whole, lifted + lo // m
-    if k == 0 and len(rest) == 1:
+    for g in sorted((g for g in range(2, m) if m % g == 0), reverse=True):
+        high = {a: w // g for a, w in coeffs.items() if w % g == 0}
+        low = {a: w for a, w in coeffs.items() if w % g}
+        above, below = divmod(k, g)
+        lo, hi = _range((low, below))
+        if high and 0 <= lo and hi < g:
+            return _floor((high, above), m // g)
+    if r == 0 and len(rest) == 1:
         ((atom, w),) = rest.items()
         if w == 1 and isinstance(atom, tuple):  # (X // a) // m = X // (a m)
-            inner, a = atom
-            return _sum([(whole, lifted), ({(inner, a * m): 1}, 0)])
-    return _sum([(whole, lifted), ({(_frozen((rest, k)), m): 1}, 0)])
+            (coefficients, constant), a = atom
+            return _sum([(whole, lifted), _floor((dict(coefficients), constant), a * m)])
+    return _sum([(whole, lifted), ({(_frozen((rest, r)), m): 1}, 0)])
 
 
 def _frozen(f: Form) -> tuple:

@@ -36,6 +36,13 @@ class ViewOf:
             (math.prod(strides.shape[j + 1:]) if n > 1 else 0,)
             for j, n in enumerate(strides.shape))
         self.basic = None if self.reshape else self._basic()
+        # the byte strides and start over a C-ordered source, made once
+        dims = (math.prod(self.source.shape),) if self.flat else self.source.shape
+        size = np.dtype(self.source.dtype).itemsize
+        row_major = [math.prod(dims[d + 1:]) * size for d in range(len(dims))]
+        self.c_order = (tuple(sum(c * s for c, s in zip(row, row_major, strict=True))
+                              for row in self.coefficients),
+                        sum(k * s for k, s in zip(self.offset, row_major, strict=True)))
 
     def __call__(self, arrays: dict, pool=None) -> np.ndarray:
         a = arrays[self.source]
@@ -89,12 +96,12 @@ class ViewOf:
                 None if order == tuple(range(len(kept))) else order, shaped)
 
     def _strided(self, a: np.ndarray) -> np.ndarray:
-        strides = tuple(sum(c * s for c, s in zip(row, a.strides, strict=True))
-                        for row in self.coefficients)
-        start = sum(k * s for k, s in zip(self.offset, a.strides, strict=True))
-        if a.flags.c_contiguous and all(s >= 0 for s in a.strides):
+        if a.flags.c_contiguous:  # (a dim of extent 1 may have any stride: it is read at 0)
+            strides, start = self.c_order
             out = np.ndarray(self.shape, a.dtype, buffer=a, offset=start, strides=strides)
         else:
+            strides = tuple(sum(c * s for c, s in zip(row, a.strides, strict=True))
+                            for row in self.coefficients)
             origin = a[tuple(slice(k, k + 1) for k in self.offset)]
             out = as_strided(origin, self.shape, strides, writeable=self.writeable)
         if not self.writeable:
