@@ -9,6 +9,9 @@ real operators chain and that the compiled target's passes treat specially:
   ``if_then_else(i < n, A[i], B[i - n])``, selects on index conditions;
 * index maps: slices, strided rows ``U[s i + o]``, flips, transposes, upsampling
   ``U[i // 2]``, tiling ``U[i % n]``, clamps, broadcasts, windows ``U[i + k - 1]``;
+  ``tg.nn`` reshapes (axes merged and split), expands and fixed indices: re-indexings
+  that a plan makes as views (``lower/views.py``) when they are outputs or products'
+  operands;
 * reductions (sum, max, min, with and without ``where``, a ``where`` that bounds its
   axis or one tested per point), softmax and log-sum-exp chains (as one compute or as
   four), products (contractions), gathers through an integer index tensor (also inside
@@ -17,7 +20,10 @@ real operators chain and that the compiled target's passes treat specially:
 
 ``compare(seed, settings)`` builds the program's outputs (its last tensor, an
 intermediate one and the gradient of the last with respect to every float input) on
-both targets and compares them. Values may differ by rounding (libmvec against NumPy,
+both targets and compares them; the reference makes every value (no views). The
+compiled program then runs again on other inputs, which must leave the arrays of its
+first run as they were (an output, or a view, never shares a buffer a later call
+writes). Values may differ by rounding (libmvec against NumPy,
 summation order), amplified where the program is ill conditioned: the allowed
 difference is the largest of a floor (``RTOL``), ``CONDITION`` times what the reference
 itself moves when its inputs move by a few ulps or when its library functions (``exp``,
@@ -87,6 +93,7 @@ SETTINGS = {
     "copies": (dict(parallel_copy_elements=0, parallel_transpose_elements=0),
                dict(parallel_copy_elements=1 << 62, parallel_transpose_elements=1 << 62)),
     "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
+    "views": (dict(views=True), dict(views=False)),
 }
 
 
@@ -170,6 +177,12 @@ class _Builder:
         """A tensor to read: the newest most often."""
         ts = self.p.tensors
         return ts[-1] if self.rng.random() < 0.6 else self.pick(ts)
+
+    def view_source(self):
+        """A tensor to re-index: sometimes a float input itself (a view of the caller's
+        array), else as ``source``."""
+        floats = [x for x in self.p.inputs if x.dtype == self.p.dtype]
+        return self.pick(floats) if self.rng.random() < 0.25 else self.source()
 
     def compute(self, shape, body, step: str):
         return self.made(tg.compute(shape, body, name=next(self.names)), step)
@@ -352,7 +365,7 @@ class _Builder:
                           f"clamp{shift:+d}")
 
     def step_transpose(self):
-        u = self.source()
+        u = self.view_source()
         if len(u.shape) < 2:
             return self.step_reads_twice()
         perm = list(self.rng.permutation(len(u.shape)))
@@ -366,6 +379,44 @@ class _Builder:
                 idx[p] = i[k]
             return u[tuple(idx)]
         return self.compute(shape, body, f"transpose{tuple(int(p) for p in perm)}")
+
+    def step_reshape(self):
+        """``tg.nn.reshape``: adjacent axes merged, or one split in two (``//``, ``%``)."""
+        u = self.view_source()
+        shape = list(u.shape)
+        if len(shape) >= 2 and self.rng.random() < 0.5:
+            a = int(self.rng.integers(len(shape) - 1))
+            shape[a:a + 2] = [shape[a] * shape[a + 1]]
+        else:
+            splittable = [a for a, n in enumerate(shape) if n >= 4 and n % 2 == 0]
+            if splittable:
+                a = self.pick(splittable)
+                shape[a:a + 1] = [2, shape[a] // 2]
+            else:
+                shape.insert(int(self.rng.integers(len(shape) + 1)), 1)
+        return self.made(tg.nn.reshape(u, tuple(shape)), f"reshape{tuple(shape)}")
+
+    def step_expand(self):
+        """``tg.nn.expand``: a new leading axis, or a size-1 axis, repeated (a broadcast)."""
+        u = self.view_source()
+        size = math.prod(u.shape)
+        n = max(1, min(self.dim(2), MAX_SIZE // max(size, 1)))
+        ones = [a for a, m in enumerate(u.shape) if m == 1]
+        if ones and self.rng.random() < 0.5:
+            sizes = [n if a == ones[0] else m for a, m in enumerate(u.shape)]
+        else:
+            sizes = [n, *u.shape]
+        return self.made(tg.nn.expand(u, *sizes), f"expand{tuple(sizes)}")
+
+    def step_index(self):
+        """A fixed index along one axis, which drops it (``x[:, k]``)."""
+        u = self.view_source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        k = int(self.rng.integers(u.shape[axis]))
+        return self.compute(u.shape[:axis] + u.shape[axis + 1:],
+                            lambda *i: u[i[:axis] + (k,) + i[axis:]], f"index{axis}={k}")
 
     def step_select(self):
         """A select on an index condition between two fused values."""
@@ -563,7 +614,7 @@ class _Builder:
     STEPS = ("unary", "unary", "reads_twice", "binary", "pad", "pad", "pad", "concat",
              "slice", "strided", "flip", "upsample", "clamp", "transpose", "transpose",
              "select", "reduce", "reduce", "softmax", "window", "matmul", "gather", "scan",
-             "guarded_gather", "masked_sum")
+             "guarded_gather", "masked_sum", "reshape", "reshape", "expand", "index")
 
     def build(self) -> Program:
         self.placeholder(self.shape())
@@ -659,21 +710,28 @@ def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
     rng = np.random.default_rng(seed + 1)
     head = rng.standard_normal(p.output.shape).astype(p.dtype)
     feed = [*p.values, head]
-    reference = tg.build(inputs, outputs, target="numpy")
+    copies = tg.Options.from_environment().replace(views=False)  # the spec makes every value
+    reference = tg.build(inputs, outputs, target="numpy", options=copies)
     want = reference(*feed)
     moved = [reference(*_nudged(feed, rng))]
     with _rounded_differently(rng):  # (built here: a program binds its functions)
-        moved.append(tg.build(inputs, outputs, target="numpy")(*feed))
+        moved.append(tg.build(inputs, outputs, target="numpy", options=copies)(*feed))
     exact = want
     if p.dtype != "float64":  # the program's own rounding: its float64 twin
         wide = random_program(seed, "float64")
         wide_inputs, wide_outputs, _ = _outputs(wide)
-        exact = tg.build(wide_inputs, wide_outputs, target="numpy")(
+        exact = tg.build(wide_inputs, wide_outputs, target="numpy", options=copies)(
             *wide.values, head.astype("float64"))
     try:
-        got = tg.build(inputs, outputs, target="cpu", options=options_for(choice or {}))(*feed)
+        compiled = tg.build(inputs, outputs, target="cpu", options=options_for(choice or {}))
+        got = compiled(*feed)
+        kept = [np.array(g, copy=True) for g in got]
+        compiled(*(0.5 * v + 0.25 if v.dtype.kind == "f" else v for v in feed))
     except Exception as error:  # noqa: BLE001 - reported with the program
         return Outcome(seed, False, f"cpu target raised {type(error).__name__}: {error}")
+    for name, g, k in zip(names, got, kept, strict=True):
+        if not np.array_equal(g, k, equal_nan=True):
+            return Outcome(seed, False, f"{name}: changed by a later call of the program")
     for k, (name, g, w, x) in enumerate(zip(names, got, want, exact, strict=True)):
         if np.shape(g) != np.shape(w) or np.asarray(g).dtype != np.asarray(w).dtype:
             return Outcome(seed, False, f"{name}: shape/dtype {np.shape(g)} "

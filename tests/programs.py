@@ -1,7 +1,9 @@
 """Hypothesis strategies for random well-formed tegrad programs (used by test_fuzz.py).
 
 A program has 1-3 float64 placeholders with small shapes (every dimension 1-5) and
-1-3 chained computes (each reads the one before it). Bodies mix:
+1-3 chained computes (each reads the one before it); a compute may be a reshape of the
+one before (its digits ``(F // R) % n`` of the flat index, alone or plus a value).
+Bodies mix:
 
 * reads with affine index maps (stride, offset, flip ``n-1-i``, transposes, broadcast,
   two-variable windows ``i + k``), ``//`` and ``%`` (upsampling, tiling) and clamps
@@ -370,6 +372,42 @@ def shapes(draw, min_ndim: int = 1, max_ndim: int = 3):
 
 
 @st.composite
+def regrouped(draw, shape: tuple) -> tuple:
+    """A shape of as many elements as ``shape``: all merged, adjacent axes merged, an
+    axis split in two, or a new axis of extent 1 (at most three axes)."""
+    size = int(np.prod(shape))
+    kind = draw(st.sampled_from(["all", "merge", "split", "unit"]))
+    if kind in ("split", "unit") and len(shape) >= 3:
+        kind = "merge"
+    if kind == "merge" and len(shape) >= 2:
+        a = draw(st.integers(0, len(shape) - 2))
+        return (*shape[:a], shape[a] * shape[a + 1], *shape[a + 2:])
+    if kind == "split":
+        splits = [(a, f) for a, n in enumerate(shape) for f in range(2, n) if n % f == 0]
+        if splits:
+            a, f = draw(st.sampled_from(splits))
+            return (*shape[:a], f, shape[a] // f, *shape[a + 1:])
+    if kind == "unit":
+        a = draw(st.integers(0, len(shape)))
+        return (*shape[:a], 1, *shape[a:])
+    return (size,)
+
+
+def reshape_read(t, axes: tuple, shape: tuple):
+    """``t`` read at the row-major digits of the flat index of ``axes`` (over ``shape``),
+    as ``tg.nn.reshape`` reads it."""
+    flat = 0
+    for v, step in zip(axes, [int(np.prod(shape[j + 1:])) for j in range(len(shape))],
+                       strict=True):
+        flat = flat + v * step
+    index = []
+    for d, n in enumerate(t.shape):
+        digit = flat // int(np.prod(t.shape[d + 1:]))
+        index.append(digit % n if d else digit)
+    return t[tuple(index)]
+
+
+@st.composite
 def programs(draw, max_inputs: int = 3, max_computes: int = 3, max_depth: int = 4):
     """A random well-formed program; ``.inputs`` are the placeholders, ``.output`` the
     last compute, ``.computes`` all of them in order."""
@@ -384,10 +422,17 @@ def programs(draw, max_inputs: int = 3, max_computes: int = 3, max_depth: int = 
         gen.tensors = list(reversed(inputs + program.computes))
         prev = program.computes[-1] if program.computes else None
         depth = draw(st.integers(1, max_depth))
-        shape = draw(shapes(min_ndim=0))
+        reshaped = prev is not None and prev.shape and draw(st.integers(0, 3)) == 0
+        shape = draw(regrouped(prev.shape)) if reshaped else draw(shapes(min_ndim=0))
+        alone = reshaped and draw(st.booleans())
 
-        def body(*axes, gen=gen, depth=depth, prev=prev):
+        def body(*axes, gen=gen, depth=depth, prev=prev, reshaped=reshaped, alone=alone,
+                 shape=shape):
             scope = list(axes)
+            if reshaped:  # a reshape of the compute before (alone: a view of it)
+                gen.read_tensors.add(prev)
+                read = reshape_read(prev, axes, shape)
+                return read if alone else read + gen.value(scope, depth)
             value = gen.value(scope, depth)
             # chain: every compute reads the one before it (the first, some input)
             if prev is not None and prev not in gen.read_tensors:

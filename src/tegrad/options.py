@@ -108,6 +108,7 @@ class Options:
     max_widened_step: int = 4  # largest column step of a widened product output (contraction)
     max_inline_ratio: float = 2.0  # a producer inlined at up to this many evaluations a point
     max_cheap_inline_ratio: float = 9.0  # ... when it is cheap (fusion.py)
+    views: bool = True  # a re-indexing whose readers take strides made as a view (views.py)
     # loop nests (the compiled target's code generator)
     parallel_work: int = 1 << 17  # points x work per point below which a kernel is serial
     unroll: int = 16  # reductions of at most this many constant points are unrolled

@@ -10,6 +10,8 @@
                that could not be inverted: an explicit, deterministic scatter-add
                (``scatter.py``)
   ScanKernel   a recurrence: its step graph planned once and run once per step
+  View         a compute that only re-indexes one tensor, made as a strided view of
+               that tensor's array, not computed (``reindex.py``, ``views.py``)
 
 Every kernel has ``tensor`` (what it makes first), ``kind`` (its name above, for
 descriptions), ``reads_and_makes()`` and ``makes()`` (the second half of the first, without
@@ -25,6 +27,7 @@ from ..ir.scan import ScanOp, StepGraph
 from ..ir.tensor import Compute, Tensor
 from ..ir.traverse import tensors_read
 from .contraction import Contraction as ContractionForm
+from .reindex import Strides
 from .scatter import Scatter as ScatterForm
 
 
@@ -100,6 +103,19 @@ class Scatter(_WholeBody):
         return self.scatter.describe()
 
 
+@dataclass(frozen=True)
+class View:
+    tensor: Compute
+    strides: Strides
+    kind: ClassVar[str] = "view"
+
+    def reads_and_makes(self) -> tuple[list[Tensor], list[Tensor]]:
+        return [self.strides.source], [self.tensor]
+
+    def describe(self) -> str:
+        return self.strides.describe()
+
+
 @dataclass
 class ScanKernel:
     """A scan's step graph and its plan. ``checkpointed`` holds the states whose history
@@ -171,7 +187,7 @@ class ScanKernel:
         return text
 
 
-Kernel = General | Contraction | Scatter | ScanKernel
+Kernel = General | Contraction | Scatter | View | ScanKernel
 
 
 @dataclass

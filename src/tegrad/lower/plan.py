@@ -7,7 +7,9 @@ one operand merge (``merge.py``), scans keep the step values a backward reads
 (``saved_steps.py``) and checkpoint their histories (``checkpoint.py``). A target that
 compiles its general kernels asks for ``fused=True``: producers inlined into their
 readers (``fusion.py``) and kernels of one loop nest grouped (``grouping.py``), in every
-step plan too. Every setting comes from ``options`` (``tegrad/options.py``).
+step plan too. Last, the top plan's re-indexing kernels whose readers take strides
+become views (``views.py``), on the fused plan anew. Every setting comes from
+``options`` (``tegrad/options.py``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .kernels import Contraction, General, Kernel, Plan, ScanKernel, Scatter, ne
 from .merge import merge_shared_products
 from .saved_steps import keep_step_values
 from .scatter import match_scatter
+from .views import as_copies, choose_views
 
 
 def plan(outputs: list[Tensor], given=(), options: Options | None = None,
@@ -35,13 +38,18 @@ def plan(outputs: list[Tensor], given=(), options: Options | None = None,
     """Kernels for ``outputs``; tensors in ``given`` are inputs (computed elsewhere)."""
     options = options or Options.from_environment()
     made = _planned(outputs, set(given), options)
-    return compiled(made, options) if fused else made
+    return compiled(made, options) if fused else choose_views(made, options)
 
 
 def compiled(made: Plan, options: Options) -> Plan:
-    """``made`` fused and grouped, and so every scan's step plan."""
+    """``made`` (as ``plan`` made it) fused and grouped, and so every scan's step plan;
+    then its views chosen again."""
+    return choose_views(_fused(as_copies(made), options), options)
+
+
+def _fused(made: Plan, options: Options) -> Plan:
     made = group(fuse(made, options), options)
-    kernels = [replace(k, plan=compiled(k.plan, options)) if isinstance(k, ScanKernel) else k
+    kernels = [replace(k, plan=_fused(k.plan, options)) if isinstance(k, ScanKernel) else k
                for k in made.kernels]
     return Plan(kernels, made.outputs, made.notes)
 

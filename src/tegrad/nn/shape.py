@@ -4,7 +4,10 @@ Every op is one ``compute`` whose reads of the input are affine in the output in
 with ``//`` and ``%`` where axes merge, split or wrap (reshape, roll, repeat, circular
 pad) and ``if_then_else`` where an output region reads another tensor or a pad value
 (cat, stack, pad). The generated backward is then a gather: ``x_bar[j] = y_bar[f^-1(j)]``.
-Ops that return views in torch (``reshape``, ``transpose``, ``expand``...) return copies.
+Ops that return views in torch (``reshape``, ``transpose``, ``expand``, ``split``...)
+are computes like any other; a built program makes one a NumPy view of its input where
+the program returns it or only products read it (``lower/views.py``), and fuses it into
+its readers' loops elsewhere.
 """
 
 from __future__ import annotations
@@ -80,7 +83,7 @@ def _groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], lis
 
 def reshape(input: Tensor, shape, *more: int) -> Tensor:
     """``torch.reshape``: same elements in row-major order, one size may be -1.
-    Takes ``reshape(x, (2, 3))`` or ``reshape(x, 2, 3)``; always a copy."""
+    Takes ``reshape(x, (2, 3))`` or ``reshape(x, 2, 3)``."""
     shape = _sizes((shape, *more), "shape")
     total = input.size
     given, known = shape, prod(s for s in shape if s != -1)
@@ -105,7 +108,7 @@ def reshape(input: Tensor, shape, *more: int) -> Tensor:
 
 
 def view(input: Tensor, *shape) -> Tensor:
-    """``Tensor.view``: :func:`reshape` (a copy, not a view)."""
+    """``Tensor.view``: :func:`reshape`."""
     return reshape(input, _sizes(shape, "shape"))
 
 
@@ -175,7 +178,7 @@ moveaxis = movedim
 
 def expand(input: Tensor, *sizes) -> Tensor:
     """``Tensor.expand``: size-1 axes repeated to ``sizes`` (-1 keeps an axis), new
-    leading axes allowed; a copy."""
+    leading axes allowed."""
     sizes = _sizes(sizes, "sizes")
     lead = len(sizes) - input.ndim
     if lead < 0:

@@ -26,7 +26,9 @@ Method, for the sum's equations ``E: sum_d a_d d + r(j) = 0`` (``d`` reduce vari
     stride 2, window 3, padding 1, after step 1 removed the window variable r:
         dX[y] = sum_{h : 0 <= y + 1 - 2h <= 2} dY[h] W[y + 1 - 2h]
     becomes  sum_{t in [0, 2)} dY[(y+1)//2 - t] W[(y+1)%2 + 2t]  (guarded), two terms
-    per element instead of H_out.
+    per element instead of H_out. Values at a range's ends that a condition ``d != c``
+    excludes shrink it first: a stack's last input's gradient
+    ``sum_{i in [0, 3) : i != 0, i != 1} dY[.., i, ..]`` is the one term ``dY[.., 2, ..]``.
 Guards ``select(c, v, 0)`` that multiply the summand move into the condition, factors
 and conditions that do not depend on the remaining variables move out of the sum, and a
 sum over a product with a sum inside is split when that lets a factor move out.
@@ -50,6 +52,7 @@ from ..ir.expr import (
     Expr,
     Reduce,
     Select,
+    Unary,
     Var,
     binary,
     conjunction,
@@ -245,7 +248,8 @@ class SumProblem:
                 self.axes.remove(v)
                 self.substitute({v: const(v.lo, v.dtype)})
                 continue
-            lows, highs = [(const(v.lo), 1)], [(const(v.hi), 1)]
+            lo, hi = _open_ends(v, self.conds)
+            lows, highs = [(const(lo), 1)], [(const(hi), 1)]
             for c in self.conds:
                 bound = _linear_bound(c, v, set(self.axes))
                 if bound is None:
@@ -269,6 +273,10 @@ class SumProblem:
             if isinstance(hi_expr, Const) and isinstance(lo_expr, Const):
                 lo = -((-lo_expr.value) // a)
                 hi = hi_expr.value // a
+                if lo == hi:  # one term
+                    self.axes.remove(v)
+                    self.substitute({v: const(lo, v.dtype)})
+                    continue
                 nv = Var.fresh(v.name, lo, max(hi - lo + 1, 0))
                 self.axes[self.axes.index(v)] = nv
                 self.substitute({v: nv})
@@ -280,6 +288,28 @@ class SumProblem:
             self.add_range(v, value)
             self.substitute({v: value})
         self.clean_conds()
+
+
+def _open_ends(v: Var, conds: list[Expr]) -> tuple[int, int]:
+    """``v``'s range less the values at its ends that a condition ``v != c`` (or
+    ``!(v == c)``) excludes; one value at least stays."""
+    excluded = set()
+    for c in conds:
+        if isinstance(c, Unary) and c.op == "not" and isinstance(c.a, Binary) and c.a.op == "eq":
+            pair = (c.a.a, c.a.b)
+        elif isinstance(c, Binary) and c.op == "ne":
+            pair = (c.a, c.b)
+        else:
+            continue
+        for x, y in (pair, pair[::-1]):
+            if x is v and isinstance(y, Const):
+                excluded.add(int(y.value))
+    lo, hi = v.lo, v.hi
+    while lo < hi and lo in excluded:
+        lo += 1
+    while hi > lo and hi in excluded:
+        hi -= 1
+    return lo, hi
 
 
 def _affine_in_vars(e: Expr) -> bool:

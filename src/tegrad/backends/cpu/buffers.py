@@ -5,7 +5,9 @@ first touch, a cost of the order of a kernel's run on arrays that size.
 PyTorch keeps freed memory in a caching allocator; a program does the same with the
 arrays its general kernels write: an intermediate goes back to the pool after its last
 reader, and an output goes back once the caller has dropped every reference to it
-(checked with ``sys.getrefcount`` at the next run), never before.
+(checked with ``sys.getrefcount`` at the next run), never before. An intermediate that
+something else still references at its last reader (the array of a view returned to the
+caller, ``lower/views.py``) is handed over like an output: free once let go.
 """
 
 from __future__ import annotations
@@ -43,22 +45,29 @@ class BufferPool:
     def give(self, arrays: dict, t) -> None:
         """Drop ``arrays[t]``, keeping its buffer if nothing else holds it."""
         arr = arrays.pop(t, None)  # (a checkpointed scan history is not an array)
-        if (isinstance(arr, np.ndarray) and arr.nbytes >= self.min_bytes and arr.base is None
-                and sys.getrefcount(arr) == 2):
+        if isinstance(arr, np.ndarray) and arr.nbytes >= self.min_bytes and arr.base is None:
             with self.lock:
-                self.free.setdefault((arr.shape, _name(arr.dtype)), []).append(arr)
+                if sys.getrefcount(arr) == 2:  # this frame's name and the argument
+                    self.free.setdefault((arr.shape, _name(arr.dtype)), []).append(arr)
+                elif all(a is not arr for a in self.lent):
+                    self.lent.append(arr)  # held elsewhere: free once let go (reclaim)
 
     def lend(self, outputs: list) -> None:
+        owned = [a for a in outputs if isinstance(a, np.ndarray) and a.base is None
+                 and a.nbytes >= self.min_bytes]  # (none where every output is a view)
+        if not owned:
+            return
         with self.lock:
             known = {id(a) for a in self.lent}
-            for a in outputs:  # once each: a tensor listed twice is one array
-                if (isinstance(a, np.ndarray) and a.nbytes >= self.min_bytes and a.base is None
-                        and id(a) not in known):
+            for a in owned:  # once each: a tensor listed twice is one array
+                if id(a) not in known:
                     known.add(id(a))
                     self.lent.append(a)
 
     def reclaim(self) -> None:
         """Outputs of earlier runs that the caller no longer holds become free."""
+        if not self.lent:
+            return
         with self.lock:
             kept = []
             for k in range(len(self.lent)):

@@ -2,9 +2,9 @@
 
 The plan comes fused and grouped (``lower.plan(..., fused=True)``); each general kernel
 becomes a C function (``codegen.py``), all of them (scan steps included) in one shared
-library (``compiler.py``). Contractions stay on BLAS and scatters on the
-deterministic NumPy path (``host/scatter.py``); a scan's time loop runs its compiled step
-program.
+library (``compiler.py``). Contractions stay on BLAS, scatters on the
+deterministic NumPy path (``host/scatter.py``) and views are NumPy views
+(``host/view_kernel.py``); a scan's time loop runs its compiled step program.
 
 Threads: ``Options.machine.threads`` (``$TEGRAD_NUM_THREADS``, default the cores this
 process may use).
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...lower.kernels import Contraction, General, Plan, ScanKernel, reads_and_makes
+from ...lower.kernels import Contraction, General, Plan, ScanKernel, View, reads_and_makes
 from ...options import Options
 from ..host.kernels import run_kernel
 from ..host.liveness import dead_after
 from ..host.ops import HostOps
 from ..host.scan_run import run_scan
+from ..host.view_kernel import ViewOf
 from .buffers import BufferPool
 from .codegen import KernelSource
 from .gemm import blas_threads_shared, one_blas_thread
@@ -99,6 +100,8 @@ class CpuProgram:
                 self.steps.append(ReplayedContraction(kernel.contraction, threads, options))
             elif isinstance(kernel, ScanKernel):
                 self.steps.append(CpuProgram(part, kernel.step.placeholders(), options, unit))
+            elif isinstance(kernel, View):
+                self.steps.append(ViewOf(kernel.strides))
             else:
                 self.steps.append(None)
         # OpenBLAS held at one thread while a run makes products on this target's threads

@@ -1,15 +1,17 @@
 """A non-scan kernel of a plan run on the host: a general kernel evaluated by NumPy, a
-contraction by the host engine (``products.py``), a scatter by ``scatter.py``."""
+contraction by the host engine (``products.py``), a scatter by ``scatter.py``, a view
+by ``view_kernel.py``."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ...lower.kernels import Contraction, General, Scatter
+from ...lower.kernels import Contraction, General, Scatter, View
 from .evaluate import evaluate_compute
 from .ops import HostOps
 from .products import run_contraction
 from .scatter import run_scatter
+from .view_kernel import ViewOf
 
 
 def run_kernel(kernel, arrays: dict, host: HostOps) -> np.ndarray:
@@ -20,4 +22,6 @@ def run_kernel(kernel, arrays: dict, host: HostOps) -> np.ndarray:
         return run_contraction(kernel.contraction, arrays, host)
     if isinstance(kernel, Scatter):
         return run_scatter(kernel.scatter, arrays, kernel.tensor.name)
+    if isinstance(kernel, View):
+        return ViewOf(kernel.strides)(arrays)
     raise NotImplementedError(kernel.kind)
