@@ -34,6 +34,7 @@ from ..ir.broadcast import broadcast_read, broadcast_shapes
 from ..ir.compute import compute
 from ..ir.tensor import Tensor, unique_name
 from .normalization import pairwise_distance
+from .softmax import _shift
 
 __all__ = [
     "binary_cross_entropy",
@@ -230,9 +231,12 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 
 def _log_sum_exp(input: Tensor, positions, classes, at, name: str) -> Tensor:
-    """``lse = m + log sum_c exp(x_c - m)`` with ``m = max_c x_c``, per position."""
+    """``lse = m + log sum_c exp(x_c - m)`` with ``m = max_c x_c``, per position. ``lse`` is
+    invariant to the shift ``m``, so ``m`` is held constant (``softmax._shift``): the
+    backward neither counts the max's ties nor tests each element against it."""
     k = reduce_axis(classes, name="k")
-    top = compute(positions, lambda *pos: tmax(input[at(pos, k)], axis=k), name=f"{name}.max")
+    top = compute(positions, lambda *pos: _shift(tmax(input[at(pos, k)], axis=k)),
+                  name=f"{name}.max")
     k2 = reduce_axis(classes, name="k")
     return compute(positions, lambda *pos: top[pos] + log(
         tsum(exp(input[at(pos, k2)] - top[pos]), axis=k2)), name=f"{name}.lse")
