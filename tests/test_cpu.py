@@ -234,6 +234,52 @@ def test_a_branch_with_a_small_window_is_a_ternary():
     np.testing.assert_allclose(f(x), np.where(x[:, :20] > 0, pairs, 0), rtol=1e-6)
 
 
+def test_a_sum_through_ids_read_under_a_guard_stays_a_kernel_of_its_own():
+    """A weighted cross entropy's mean divides by ``sum_n [t_n != ignore] w[t_n]``, which
+    its gradient ``dX[i, j]`` reads in the branch ``t_i != ignore``. The loop nest keeps a
+    gather under its guard, so inlined there the total would be summed once per element
+    (``N^2 C``); fusion counts it so and keeps it a kernel (``_stays_guarded``)."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((16, 10), "float32", "X")
+    T = tg.placeholder((16,), "int64", "T")
+    W = tg.placeholder((10,), "float32", "W")
+    loss = tg.nn.cross_entropy(X, T, weight=W, label_smoothing=0.2)
+    H = tg.placeholder((), "float32", "H")
+    f = tg.build([X, T, W, H], [loss, *tg.gradient(loss, [X], H)], target="cpu")
+    assert any(k.tensor.name.endswith(".weight_total") for k in f.program.plan.kernels)
+    gradient = f.program.steps[-1].src.text
+    assert "< 16;" not in gradient, gradient  # no sum over the samples in dX's loops
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((16, 10)).astype(np.float32), rng.uniform(0.5, 1, 10)
+    t = rng.integers(0, 10, 16)
+    t[[0, 7]] = -100
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(tx, torch.tensor(t), weight=torch.tensor(
+        w, dtype=torch.float32), label_smoothing=0.2)
+    (dx,) = torch.autograd.grad(want, [tx])
+    got, got_dx = f(x, t, w.astype(np.float32), np.float32(1))
+    np.testing.assert_allclose(got, want.item(), rtol=1e-5)
+    np.testing.assert_allclose(got_dx, dx.numpy(), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_class_picked_by_its_index_is_one_point_of_the_loop(bounded):
+    """``nll_loss`` picks ``sum_c [c = t_n] x[n, c]``: with ``Options.value_bounds`` the
+    loop over the classes runs from ``max(0, t_n)`` to ``min(C, t_n + 1)``, one point (none
+    for an ``ignore_index`` of -100 or a class past the end), not ``C`` masked ones."""
+    X = tg.placeholder((6, 50), "float64", "X")
+    T = tg.placeholder((6,), "int64", "T")
+    options = tg.Options.from_environment().replace(value_bounds=bounded)
+    f = tg.build([X, T], tg.nn.nll_loss(X, T, reduction="none"), target="cpu",
+                 options=options)
+    text = f.program.steps[-1].src.text
+    assert ("< 50;" not in text and "tg_imin(50, " in text) == bounded, text
+    rng = np.random.default_rng(6)
+    x, t = rng.standard_normal((6, 50)), np.array([3, -100, 49, 0, 50, 7])
+    want = np.where((t >= 0) & (t < 50), -x[np.arange(6), np.clip(t, 0, 49)], 0.0)
+    np.testing.assert_array_equal(f(x, t), want)
+
+
 def test_max_pool_gradient_runs_window_by_window():
     """``dX[i, j]`` reads the window's maximum, tie count and gradient at ``[i // 2, j //
     2]``: run by residue classes (``i = 2 q + a``, ``a`` unrolled), the three are computed

@@ -5,7 +5,10 @@ declared before. A conjunct of the ``where`` that is affine in one reduce axis w
 coefficient ``c`` (``c k + R >= 0`` or ``== 0``, ``R`` over variables bound outside that
 loop) becomes a bound of its loop (``k >= ceil(-R / c)`` for ``c > 0``,
 ``k <= floor(R / -c)`` for ``c < 0``, ``k = -c R`` for ``c = +-1`` and ``==``): the
-guards of a gather-form convolution or pooling backward cost nothing per element. The
+guards of a gather-form convolution or pooling backward cost nothing per element. So
+does ``k == v`` for an integer value ``v`` the loop does not change, read from data (a
+class index picked by ``sum_c [c = t[n]] x[n, c]``): the loop visits ``max(lo, v) <= k
+< min(hi, v + 1)``, one point or none (``Options.value_bounds``). The
 other conjuncts test each point: branch-free (``Accumulate.mask``) when the source is
 safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they use.
 
@@ -25,7 +28,7 @@ import math
 
 from ..ir import dtype as dt
 from ..ir.affine import linearize
-from ..ir.expr import Binary, Expr, Reduce, Unary, Var
+from ..ir.expr import Binary, Cast, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
 from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
@@ -51,7 +54,7 @@ class ReduceLowering(ExprLowering):
         acc = self.fresh("acc")
         shadowed = {a: self.vars.get(a) for a in e.axes}  # a nested reduction may reuse an axis
         names = {a: self.bind(a, "r") for a in e.axes}
-        bounds, rest = self.loop_bounds(e, names)
+        bounds, rest, points = self.loop_bounds(e, names)
         if kind in ("argmax", "argmin"):
             start = e.axes[0].lo if len(e.axes) == 1 else 0
             here.items.append(ArgAccumulator(acc, e.dtype, e.source.dtype, start))
@@ -107,7 +110,7 @@ class ReduceLowering(ExprLowering):
         for r, r_acc in siblings.items():
             self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
-                and not self.has_check
+                and not self.has_check and e.axes[-1] not in points
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):
@@ -150,15 +153,23 @@ class ReduceLowering(ExprLowering):
         return found
 
     def loop_bounds(self, e: Reduce, names: dict):
-        """Per axis ``(lo, hi)`` (half-open; ints or ``nest`` integer forms), and the
-        conjuncts left over."""
+        """Per axis ``(lo, hi)`` (half-open; ints or ``nest`` integer forms), the
+        conjuncts left over, and the axes bounded to one value's point (whose loop, of one
+        iteration or none, is not vectorized)."""
         bounds = {a: [a.lo, a.lo + a.extent] for a in e.axes}
-        rest = []
+        rest, points = [], set()
         conds = split_conjunction(e.where) if e.where is not None else []
         for c in conds:
             found = affine_bound(c)
             if found is None:
-                rest.append(c)
+                point = self.value_point(e, c) if self.options.value_bounds else None
+                if point is None:
+                    rest.append(c)
+                else:  # a == x: the one point x, if it lies in a's range
+                    a, x = point
+                    lo, hi = bounds[a]
+                    bounds[a] = [IMax(lo, x), IMin(hi, Next(x))]
+                    points.add(a)
                 continue
             sides = []
             for coeffs, k, kind in found:
@@ -189,7 +200,26 @@ class ReduceLowering(ExprLowering):
                     bounds[a] = [IMax(lo, CeilDiv(Negated(r), coef)), hi]
                 else:  # a <= floor(R / -coef)
                     bounds[a] = [lo, IMin(hi, Next(FloorDiv(r, -coef)))]
-        return {a: tuple(b) for a, b in bounds.items()}, rest
+        return {a: tuple(b) for a, b in bounds.items()}, rest, points
+
+    def value_point(self, e: Reduce, c: Expr):
+        """``(a, x)`` for a conjunct ``a == v`` (either side, ``a`` an axis of ``e``, maybe
+        cast) with ``v`` an integer value that no axis of ``e`` changes and whose reads
+        stay in bounds (``x``: its operand, computed before the loops): a class index
+        ``sum_c [c = t[n]] x[n, c]`` visits the point ``c = t[n]``, not the ``C`` classes.
+        None otherwise."""
+        if not (isinstance(c, Binary) and c.op == "eq"):
+            return None
+        for axis, v in ((c.a, c.b), (c.b, c.a)):
+            while isinstance(axis, Cast) and dt.is_int(axis.dtype):
+                axis = axis.a
+            if (isinstance(axis, Var) and axis in e.axes and dt.is_int(v.dtype)
+                    and not free_vars(v) & frozenset(e.axes) and reads_in_bounds(v)):
+                x = self.value(v)
+                if isinstance(x, Lit):
+                    return axis, int(x.value)
+                return axis, Affine(((1, x.name),), 0)
+        return None
 
     def _bound(self, v) -> bool:
         return isinstance(v, Var) and v in self.vars and any(v in b.binds for b in self.stack)
