@@ -232,14 +232,19 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
 
 def _log_sum_exp(input: Tensor, positions, classes, at, name: str) -> Tensor:
     """``lse = m + log sum_c exp(x_c - m)`` with ``m = max_c x_c``, per position. ``lse`` is
-    invariant to the shift ``m``, so ``m`` is held constant (``softmax._shift``): the
-    backward neither counts the max's ties nor tests each element against it."""
+    invariant to the shift ``m``, so ``m`` is held constant (``softmax._shift``, applied
+    where it is read: the max alone is a plain reduction, which runs in column order over
+    an ``(N, C, d)`` input): the backward neither counts the max's ties nor tests each
+    element against it."""
     k = reduce_axis(classes, name="k")
-    top = compute(positions, lambda *pos: _shift(tmax(input[at(pos, k)], axis=k)),
-                  name=f"{name}.max")
+    top = compute(positions, lambda *pos: tmax(input[at(pos, k)], axis=k), name=f"{name}.max")
     k2 = reduce_axis(classes, name="k")
-    return compute(positions, lambda *pos: top[pos] + log(
-        tsum(exp(input[at(pos, k2)] - top[pos]), axis=k2)), name=f"{name}.lse")
+
+    def body(*pos):
+        m = _shift(top[pos])
+        return m + log(tsum(exp(input[at(pos, k2)] - m), axis=k2))
+
+    return compute(positions, body, name=f"{name}.lse")
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
