@@ -10,7 +10,8 @@ real operators chain and that the compiled target's passes treat specially:
 * index maps: slices, strided rows ``U[s i + o]``, flips, transposes, upsampling
   ``U[i // 2]``, tiling ``U[i % n]``, clamps, broadcasts, windows ``U[i + k - 1]``;
 * reductions (sum, max, min, with and without ``where``, a ``where`` that bounds its
-  axis or one tested per point), softmax and log-sum-exp chains (as one compute or as
+  axis or one tested per point; over two axes listed inner first; sums over a channel's
+  group, read per residue), softmax and log-sum-exp chains (as one compute or as
   four), products (contractions), gathers through an integer index tensor (also inside
   a select, with ids of -1 left out), a class picked by a one-hot ``where`` (``k ==
   t[o]``), a 0-d sum through ids read under a guard, attention's product over heads,
@@ -90,6 +91,7 @@ SETTINGS = {
                dict(parallel_copy_elements=1 << 62, parallel_transpose_elements=1 << 62)),
     "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
     "value_bounds": (dict(value_bounds=True), dict(value_bounds=False)),
+    "order_reductions": (dict(order_reductions=True), dict(order_reductions=False)),
 }
 
 
@@ -542,6 +544,49 @@ class _Builder:
             return tg.sum(self.unary(u[o[:axis] + (k,) + o[axis:]]), axis=k, where=where)
         return self.compute(shape, body, f"masked_sum_{kind}")
 
+    def step_reduce_axes(self):
+        """A sum, max, min or product over two axes of ``u`` listed inner first
+        (``sum_{b, a} u[.., a, .., b]``), which the loop nest visits outer first
+        (``Options.order_reductions``)."""
+        u = self.source()
+        if len(u.shape) < 2:
+            return self.step_reduce()
+        first, second = sorted(int(a) for a in self.rng.choice(len(u.shape), 2, replace=False))
+        kind = self.pick(["sum", "sum", "max", "min", "prod"])
+        shape = tuple(n for a, n in enumerate(u.shape) if a not in (first, second))
+
+        def body(*o):
+            ka, kb = tg.reduce_axis(u.shape[first]), tg.reduce_axis(u.shape[second])
+            rest = iter(o)
+            index = tuple(ka if a == first else kb if a == second else next(rest)
+                          for a in range(len(u.shape)))
+            src = self.unary(u[index])
+            if kind == "prod":  # (bounded: a product of up to 49 factors)
+                src = 1.0 + 0.1 * tg.tanh(src)
+            return getattr(tg, kind)(src, axis=[kb, ka])
+        return self.compute(shape, body, f"reduce_axes_{kind}")
+
+    def step_group_sums(self):
+        """``y[.., j, ..] = u[.., j, ..] sum_r u[.., g j', ..] + sum_r u[.., g j', ..]^2`` with
+        ``j' = g (j // g) + r`` (a group norm's statistics read per channel): the body runs
+        once per residue of ``j``, its two sums over one range share a loop."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        group = self.pick([g for g in (2, 3) if n % g == 0] or [1])
+
+        def body(*i):
+            r, r2 = tg.reduce_axis(group), tg.reduce_axis(group)
+            at = group * (i[axis] // group)
+
+            def member(k):
+                return u[i[:axis] + (at + k,) + i[axis + 1:]]
+            return (u[i] * tg.sum(member(r), axis=r)
+                    + tg.sum(self.unary(member(r2)) * member(r2), axis=r2))
+        return self.compute(u.shape, body, f"group_sums{group}")
+
     def step_pick(self):
         """``sum_k [k = t[o]] u[.., k, ..]``: a class picked by a one-hot ``where`` (as
         ``nll_loss`` does), the ids -1 or past the end picking nothing, the axis maybe
@@ -625,7 +670,8 @@ class _Builder:
     STEPS = ("unary", "unary", "reads_twice", "binary", "pad", "pad", "pad", "concat",
              "slice", "strided", "flip", "upsample", "clamp", "transpose", "transpose",
              "select", "reduce", "reduce", "softmax", "window", "matmul", "gather", "scan",
-             "guarded_gather", "masked_sum", "pick", "ids_total", "heads")
+             "guarded_gather", "masked_sum", "pick", "ids_total", "heads", "reduce_axes",
+             "group_sums")
 
     def build(self) -> Program:
         self.placeholder(self.shape())

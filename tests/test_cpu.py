@@ -280,6 +280,27 @@ def test_a_class_picked_by_its_index_is_one_point_of_the_loop(bounded):
     np.testing.assert_array_equal(f(x, t), want)
 
 
+def test_a_group_norm_gradient_sums_along_rows_and_shares_its_passes():
+    """The input gradient of a group norm sums ``H[n, 2 g + rho, y, x] ...`` over its
+    group, the residue ``rho`` of the scatter-to-gather listed last: the loops visit the
+    axes by stride (``Options.order_reductions``), so each innermost loop reads a row of
+    6 contiguous floats, not 2 at a stride of 36; and the sums of the body written per
+    residue of the channel share their passes (siblings)."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 8, 6, 6), "float32", "X")
+    H = tg.placeholder(X.shape, "float32", "H")
+    f = tg.build([X, H], tg.gradient(tg.nn.group_norm(X, 4), [X], H), target="cpu")
+    text = f.program.steps[-1].src.text
+    inner = re.findall(r"#pragma omp simd reduction[^\n]*\n\s*for \(int r\d+ = 0; r\d+ < (\d+);",
+                       text)
+    assert inner and set(inner) == {"6"} and len(inner) <= 2, text
+    rng = np.random.default_rng(7)
+    x, h = (rng.standard_normal(X.shape).astype(np.float32) for _ in range(2))
+    tx = torch.tensor(x, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.nn.functional.group_norm(tx, 4), [tx], torch.tensor(h))
+    np.testing.assert_allclose(f(x, h)[0], want.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_max_pool_gradient_runs_window_by_window():
     """``dX[i, j]`` reads the window's maximum, tie count and gradient at ``[i // 2, j //
     2]``: run by residue classes (``i = 2 q + a``, ``a`` unrolled), the three are computed
