@@ -301,6 +301,22 @@ def test_a_group_norm_gradient_sums_along_rows_and_shares_its_passes():
     np.testing.assert_allclose(f(x, h)[0], want.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_reduction_in_column_order_stays_a_kernel():
+    """``P[n, d] = sum_c exp(X[n, c, d])`` over 21 classes runs in column order (rows of
+    ``d`` contiguous). Inlined into ``Y[n, d] = log(P[n, d])``, read once per point, its
+    loop would step across the rows, one element of each at a stride of 64: fusion keeps
+    it a kernel (``fusion._runs_in_columns``)."""
+    X = tg.placeholder((3, 21, 64), "float32", "X")
+    c = tg.reduce_axis(21, "c")
+    P = tg.compute((3, 64), lambda n, d: tg.sum(tg.exp(X[n, c, d]), axis=c), name="P")
+    Y = tg.compute((3, 64), lambda n, d: tg.log(P[n, d]), name="Y")
+    f = tg.build([X], Y, target="cpu")
+    assert [k.tensor.name for k in f.program.plan.kernels] == ["P", "Y"]
+    assert "cacc[j] +=" in f.program.steps[0].src.text
+    x = np.random.default_rng(8).standard_normal(X.shape).astype(np.float32)
+    np.testing.assert_allclose(f(x), np.log(np.exp(x).sum(1)), rtol=1e-5)
+
+
 def test_max_pool_gradient_runs_window_by_window():
     """``dX[i, j]`` reads the window's maximum, tie count and gradient at ``[i // 2, j //
     2]``: run by residue classes (``i = 2 q + a``, ``a`` unrolled), the three are computed

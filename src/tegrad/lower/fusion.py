@@ -22,7 +22,8 @@ inlined when that ratio is at most 1; at most ``max_inline_ratio`` (each element
 about once or twice) where evaluating its reductions again at most doubles the consumers'
 own work (``_work``); or, for a producer without reductions, when it is cheap (at most
 ``CHEAP_NODES`` nodes) and the ratio is at most ``max_cheap_inline_ratio`` (a 3x3 window over a
-relu). Producers are decided from the last to the first, so a site is counted where it
+relu). A reduction that runs in column order stays a kernel (``_runs_in_columns``).
+Producers are decided from the last to the first, so a site is counted where it
 finally lands, after its consumer has itself been inlined.
 
 Contractions that are not matrix products (``worth_blas``) become general kernels first,
@@ -52,7 +53,7 @@ from ..options import Options
 from .contraction import Contraction as ContractionForm
 from .cost import reduction_width
 from .kernels import Contraction, General, Plan, ScanKernel
-from .nest_facts import reads_in_bounds
+from .nest_facts import column_order, reads_in_bounds
 from .residue import unrolled_axes, unrolled_bodies
 
 CHEAP_NODES = 6
@@ -87,8 +88,8 @@ def fuse(p: Plan, options: Options) -> Plan:
             continue
         consumers = [c for c in bodies if c not in inlined and c is not producer
                      and producer in reads_of(c)]
-        if not consumers or not _worth_inlining(bodies[producer], producer,
-                                                [bodies[c] for c in consumers], options):
+        if not consumers or _runs_in_columns(bodies[producer], options) or not _worth_inlining(
+                bodies[producer], producer, [bodies[c] for c in consumers], options):
             continue
         if not _exact(bodies[producer].body) and any(
                 _compared(bodies[c].body, producer) for c in consumers):
@@ -106,6 +107,16 @@ def fuse(p: Plan, options: Options) -> Plan:
             kept = tuple(t for t in parts[k.tensor] if t not in inlined)  # (for describe)
             kernels.append(General(k.tensor, bodies[k.tensor], kept))
     return Plan(kernels, p.outputs, p.notes)
+
+
+def _runs_in_columns(source: Compute, options: Options) -> bool:
+    """Whether ``source`` is a reduction along the outer dimension of its reads, wider than
+    a window (``nest_facts.column_order``, more than ``Options.unroll`` points): its own
+    loop nest reads whole rows, but inlined at a point of a consumer its loop steps
+    across them, one element of each row (the sum of ``exp`` over the 21 classes of an
+    ``(N, C, H, W)`` cross entropy, at a stride of ``H W``), so it stays a kernel."""
+    return (column_order(source.body, source.axes, source.shape)
+            and reduction_width(source.body) > options.unroll)
 
 
 def _compared(body: Expr, producer: Compute) -> bool:
