@@ -849,6 +849,30 @@ def test_extreme_reductions_propagate_nan_like_numpy(kind):
                  kind)
 
 
+@pytest.mark.parametrize("kind, dtype, nan", [
+    ("sum", "float32", False), ("max", "float32", False), ("max", "float32", True),
+    ("min", "float64", True), ("prod", "float64", False), ("sum", "int64", False)])
+def test_a_0d_reduction_shares_its_loop_out_over_threads(kind, dtype, nan):
+    """A 0-d kernel's reduction over ``parallel_work`` or more (here 0) runs its first
+    loop on every thread, each into its own accumulators, combined in thread order: the
+    reference's value (NaN where a part has one), the same bits at every run."""
+    X = tg.placeholder((37, 50), dtype, "X")
+    a, b = tg.reduce_axis(37, name="a"), tg.reduce_axis(50, name="b")
+    out = tg.compute((), lambda: getattr(tg, kind)(X[a, b], axis=[a, b]), kind)
+    options = tg.Options.from_environment().replace(parallel_work=0)
+    f = tg.build([X], out, target="cpu", options=options)
+    assert "#pragma omp parallel num_threads" in f.program.steps[-1].src.text
+    rng = np.random.default_rng(9)
+    x = (rng.integers(-9, 9, X.shape) if dtype == "int64" else
+         rng.uniform(0.99, 1.01, X.shape) if kind == "prod" else
+         rng.standard_normal(X.shape)).astype(dtype)
+    if nan:
+        x[30, 3] = np.nan
+    got = f(x)
+    assert_agree([got], [tg.build([X], out, target="numpy")(x)], kind, rtol=1e-6)
+    assert np.array_equal(got, f(x), equal_nan=True)
+
+
 def test_output_buffers_are_reused_only_when_dropped():
     X = tg.placeholder((256, 300), "float32", "X")
     f = tg.build([X], tg.compute(X.shape, lambda i, j: X[i, j] * 2.0, "Y"), target="cpu")

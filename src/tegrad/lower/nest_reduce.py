@@ -15,6 +15,9 @@ safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they u
 A small window (at most ``Options.unroll`` points, constant bounds: a pooling's 2x2, a
 3x3 stencil) is unrolled, so that the loop around it, over outputs, vectorizes instead.
 
+A 0-d kernel's sum (a loss's mean, a sum over all dims) shares its first loop out over
+threads, each with its own accumulators, added up in thread order (``Loop.partials``).
+
 Sibling reductions (the same ranges, no ``where``, placed in the same block, independent
 of each other) share one loop: a layer-norm backward reads each row once for its three
 sums. The innermost loop of float sums and products, and of max/min, vectorizes with the
@@ -32,7 +35,7 @@ from ..ir.expr import Binary, Cast, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
 from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
-from .nest_facts import eager, reads_in_bounds
+from .nest_facts import eager, reads_in_bounds, work_per_point
 from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
 from .nest_values import ExprLowering
 
@@ -84,10 +87,14 @@ class ReduceLowering(ExprLowering):
         guard([c for c in rest if deepest[c] == -1])
         unroll = (not rest and math.prod(a.extent for a in e.axes) <= self.options.unroll
                   and all(bounds[a] == (a.lo, a.lo + a.extent) for a in e.axes))
+        partials = () if unroll or not self.threaded(e) else tuple(
+            (name, r.dtype, accumulator(r, name).identity, r.combiner.kind, nan_flagged(r))
+            for r, name in [(e, acc), *siblings.items()])
         for k, a in enumerate(e.axes):
             lo, hi = bounds[a]
             block = Loop(frozenset((a,)), loop=True, unrolled=unroll, var=names[a], lo=lo,
-                         hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0)
+                         hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0,
+                         partials=partials if k == 0 else ())
             self.stack.append(block)
             opened.append(block)
             if k < last or not predicate:
@@ -122,6 +129,15 @@ class ReduceLowering(ExprLowering):
                 self.vars[a] = old
         self.emitting.difference_update([e, *siblings])
         return Ref(acc)
+
+    def threaded(self, e: Reduce) -> bool:
+        """Whether ``e``'s first loop is shared out over threads (``Loop.partials``): a
+        sum, product, max or min over ``Options.parallel_work`` or more (as an output
+        loop is) in a 0-d kernel, outside every loop (a loss's mean, a sum over all
+        dims), which would otherwise run on one thread."""
+        return (not self.tensor.shape and e.combiner.kind in FUSABLE and e.axes[0].extent > 1
+                and not any(b.loop for b in self.stack)
+                and work_per_point(e) >= self.options.parallel_work)
 
     def siblings(self, e: Reduce) -> dict:
         """Other reductions of the body over the same ranges, with no ``where``, placed in
