@@ -13,9 +13,12 @@ real operators chain and that the compiled target's passes treat specially:
   that a plan makes as views (``lower/views.py``) when they are outputs or products'
   operands;
 * reductions (sum, max, min, with and without ``where``, a ``where`` that bounds its
-  axis or one tested per point), softmax and log-sum-exp chains (as one compute or as
+  axis or one tested per point; over two axes listed inner first; sums over a channel's
+  group, read per residue), softmax and log-sum-exp chains (as one compute or as
   four), products (contractions), gathers through an integer index tensor (also inside
-  a select, with ids of -1 left out), and scans (recurrences over the first axis);
+  a select, with ids of -1 left out), a class picked by a one-hot ``where`` (``k ==
+  t[o]``), a 0-d sum through ids read under a guard, attention's product over heads,
+  and scans (recurrences over the first axis);
 * float64 and float32, at small odd shapes (every dimension 1-7).
 
 ``compare(seed, settings)`` builds the program's outputs (its last tensor, an
@@ -94,6 +97,8 @@ SETTINGS = {
                dict(parallel_copy_elements=1 << 62, parallel_transpose_elements=1 << 62)),
     "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
     "views": (dict(views=True), dict(views=False)),
+    "value_bounds": (dict(value_bounds=True), dict(value_bounds=False)),
+    "order_reductions": (dict(order_reductions=True), dict(order_reductions=False)),
 }
 
 
@@ -590,6 +595,108 @@ class _Builder:
             return tg.sum(self.unary(u[o[:axis] + (k,) + o[axis:]]), axis=k, where=where)
         return self.compute(shape, body, f"masked_sum_{kind}")
 
+    def step_reduce_axes(self):
+        """A sum, max, min or product over two axes of ``u`` listed inner first
+        (``sum_{b, a} u[.., a, .., b]``), which the loop nest visits outer first
+        (``Options.order_reductions``)."""
+        u = self.source()
+        if len(u.shape) < 2:
+            return self.step_reduce()
+        first, second = sorted(int(a) for a in self.rng.choice(len(u.shape), 2, replace=False))
+        kind = self.pick(["sum", "sum", "max", "min", "prod"])
+        shape = tuple(n for a, n in enumerate(u.shape) if a not in (first, second))
+
+        def body(*o):
+            ka, kb = tg.reduce_axis(u.shape[first]), tg.reduce_axis(u.shape[second])
+            rest = iter(o)
+            index = tuple(ka if a == first else kb if a == second else next(rest)
+                          for a in range(len(u.shape)))
+            src = self.unary(u[index])
+            if kind == "prod":  # (bounded: a product of up to 49 factors)
+                src = 1.0 + 0.1 * tg.tanh(src)
+            return getattr(tg, kind)(src, axis=[kb, ka])
+        return self.compute(shape, body, f"reduce_axes_{kind}")
+
+    def step_group_sums(self):
+        """``y[.., j, ..] = u[.., j, ..] sum_r u[.., g j', ..] + sum_r u[.., g j', ..]^2`` with
+        ``j' = g (j // g) + r`` (a group norm's statistics read per channel): the body runs
+        once per residue of ``j``, its two sums over one range share a loop."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        group = self.pick([g for g in (2, 3) if n % g == 0] or [1])
+
+        def body(*i):
+            r, r2 = tg.reduce_axis(group), tg.reduce_axis(group)
+            at = group * (i[axis] // group)
+
+            def member(k):
+                return u[i[:axis] + (at + k,) + i[axis + 1:]]
+            return (u[i] * tg.sum(member(r), axis=r)
+                    + tg.sum(self.unary(member(r2)) * member(r2), axis=r2))
+        return self.compute(u.shape, body, f"group_sums{group}")
+
+    def step_pick(self):
+        """``sum_k [k = t[o]] u[.., k, ..]``: a class picked by a one-hot ``where`` (as
+        ``nll_loss`` does), the ids -1 or past the end picking nothing, the axis maybe
+        starting at 1, the pick maybe kept only where the id is not -1 (an ignore_index)
+        and maybe with a second conjunct."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        shape = u.shape[:axis] + u.shape[axis + 1:]
+        ids = np.asarray(self.rng.integers(-1, n + 1, shape), dtype="int64")
+        t = self.placeholder(shape, "int64", ids)
+        lo = int(self.rng.integers(0, 2)) if n > 1 else 0
+        kept, extra = self.rng.random() < 0.5, self.rng.random() < 0.3
+
+        def body(*o):
+            k = tg.reduce_axis((lo, n))
+            where = tg.equal(k, t[o])
+            if extra:
+                where = tg.all(where, k <= (o[0] if o else 1))
+            picked = tg.sum(self.unary(u[o[:axis] + (k,) + o[axis:]]), axis=k, where=where)
+            return tg.if_then_else(tg.not_equal(t[o], -1), picked, 0.5) if kept else picked
+        return self.compute(shape, body, "pick")
+
+    def step_ids_total(self):
+        """A 0-d sum through ids, ``sum_r [t[r] >= 0] w[t[r]]`` (a loss's weight total),
+        read in the branch ``t[i] >= 0`` of a later compute (as its gradient reads it):
+        fusion keeps it apart, since the loop nest would evaluate it per element."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        m, n = u.shape[0], self.dim()
+        w = self.placeholder((n,))
+        t = self.placeholder((m,), "int64", self.rng.integers(-1, n, m).astype("int64"))
+        r = tg.reduce_axis(m)
+        total = self.compute((), lambda: tg.sum(
+            tg.if_then_else(t[r] >= 0, w[t[r]], 0.0), axis=r), "ids_total")
+        return self.compute(u.shape, lambda *i: tg.if_then_else(
+            t[i[0]] >= 0, u[i] * total[()], 0.5 * u[i]), "ids_total_read")
+
+    def step_heads(self):
+        """``out[(n,) l, h D + d] = sum_s A[(n,) h, l, s] B[(n,) s, h D + d]``: attention's
+        product over heads, a batch variable ``h`` inside the output's columns (the host
+        products' batch layout, ``_batch_merges``)."""
+        heads, length, source, width = (int(self.pick(v)) for v in
+                                        ([2, 3], [1, 2, 3], [1, 3, 5], [1, 2, 3]))
+        batch = (2,) if self.rng.random() < 0.6 else ()
+        a = self.placeholder((*batch, heads, length, source))
+        b = self.placeholder((*batch, source, heads * width))
+        u = self.source()
+
+        def body(*i):
+            n, l_, j = i[:-2], i[-2], i[-1]
+            s = tg.reduce_axis(source)
+            product = tg.sum(a[(*n, j // width, l_, s)] * b[(*n, s, j)], axis=s)
+            return product + 0.5 * self.broadcast_read(u, i, (*batch, length, heads * width))
+        return self.compute((*batch, length, heads * width), body, "heads")
+
     def step_scan(self):
         """``s[t] = f(s[t - 1], u[t])`` along the first axis (a recurrence)."""
         u = self.source()
@@ -614,7 +721,8 @@ class _Builder:
     STEPS = ("unary", "unary", "reads_twice", "binary", "pad", "pad", "pad", "concat",
              "slice", "strided", "flip", "upsample", "clamp", "transpose", "transpose",
              "select", "reduce", "reduce", "softmax", "window", "matmul", "gather", "scan",
-             "guarded_gather", "masked_sum", "reshape", "reshape", "expand", "index")
+             "guarded_gather", "masked_sum", "reshape", "reshape", "expand", "index",
+             "pick", "ids_total", "heads", "reduce_axes", "group_sums")
 
     def build(self) -> Program:
         self.placeholder(self.shape())

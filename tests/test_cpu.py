@@ -234,6 +234,89 @@ def test_a_branch_with_a_small_window_is_a_ternary():
     np.testing.assert_allclose(f(x), np.where(x[:, :20] > 0, pairs, 0), rtol=1e-6)
 
 
+def test_a_sum_through_ids_read_under_a_guard_stays_a_kernel_of_its_own():
+    """A weighted cross entropy's mean divides by ``sum_n [t_n != ignore] w[t_n]``, which
+    its gradient ``dX[i, j]`` reads in the branch ``t_i != ignore``. The loop nest keeps a
+    gather under its guard, so inlined there the total would be summed once per element
+    (``N^2 C``); fusion counts it so and keeps it a kernel (``_stays_guarded``)."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((16, 10), "float32", "X")
+    T = tg.placeholder((16,), "int64", "T")
+    W = tg.placeholder((10,), "float32", "W")
+    loss = tg.nn.cross_entropy(X, T, weight=W, label_smoothing=0.2)
+    H = tg.placeholder((), "float32", "H")
+    f = tg.build([X, T, W, H], [loss, *tg.gradient(loss, [X], H)], target="cpu")
+    assert any(k.tensor.name.endswith(".weight_total") for k in f.program.plan.kernels)
+    gradient = f.program.steps[-1].src.text
+    assert "< 16;" not in gradient, gradient  # no sum over the samples in dX's loops
+    rng = np.random.default_rng(5)
+    x, w = rng.standard_normal((16, 10)).astype(np.float32), rng.uniform(0.5, 1, 10)
+    t = rng.integers(0, 10, 16)
+    t[[0, 7]] = -100
+    tx = torch.tensor(x, requires_grad=True)
+    want = torch.nn.functional.cross_entropy(tx, torch.tensor(t), weight=torch.tensor(
+        w, dtype=torch.float32), label_smoothing=0.2)
+    (dx,) = torch.autograd.grad(want, [tx])
+    got, got_dx = f(x, t, w.astype(np.float32), np.float32(1))
+    np.testing.assert_allclose(got, want.item(), rtol=1e-5)
+    np.testing.assert_allclose(got_dx, dx.numpy(), rtol=1e-4, atol=1e-7)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_class_picked_by_its_index_is_one_point_of_the_loop(bounded):
+    """``nll_loss`` picks ``sum_c [c = t_n] x[n, c]``: with ``Options.value_bounds`` the
+    loop over the classes runs from ``max(0, t_n)`` to ``min(C, t_n + 1)``, one point (none
+    for an ``ignore_index`` of -100 or a class past the end), not ``C`` masked ones."""
+    X = tg.placeholder((6, 50), "float64", "X")
+    T = tg.placeholder((6,), "int64", "T")
+    options = tg.Options.from_environment().replace(value_bounds=bounded)
+    f = tg.build([X, T], tg.nn.nll_loss(X, T, reduction="none"), target="cpu",
+                 options=options)
+    text = f.program.steps[-1].src.text
+    assert ("< 50;" not in text and "tg_imin(50, " in text) == bounded, text
+    rng = np.random.default_rng(6)
+    x, t = rng.standard_normal((6, 50)), np.array([3, -100, 49, 0, 50, 7])
+    want = np.where((t >= 0) & (t < 50), -x[np.arange(6), np.clip(t, 0, 49)], 0.0)
+    np.testing.assert_array_equal(f(x, t), want)
+
+
+def test_a_group_norm_gradient_sums_along_rows_and_shares_its_passes():
+    """The input gradient of a group norm sums ``H[n, 2 g + rho, y, x] ...`` over its
+    group, the residue ``rho`` of the scatter-to-gather listed last: the loops visit the
+    axes by stride (``Options.order_reductions``), so each innermost loop reads a row of
+    6 contiguous floats, not 2 at a stride of 36; and the sums of the body written per
+    residue of the channel share their passes (siblings)."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 8, 6, 6), "float32", "X")
+    H = tg.placeholder(X.shape, "float32", "H")
+    f = tg.build([X, H], tg.gradient(tg.nn.group_norm(X, 4), [X], H), target="cpu")
+    text = f.program.steps[-1].src.text
+    inner = re.findall(r"#pragma omp simd reduction[^\n]*\n\s*for \(int r\d+ = 0; r\d+ < (\d+);",
+                       text)
+    assert inner and set(inner) == {"6"} and len(inner) <= 2, text
+    rng = np.random.default_rng(7)
+    x, h = (rng.standard_normal(X.shape).astype(np.float32) for _ in range(2))
+    tx = torch.tensor(x, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.nn.functional.group_norm(tx, 4), [tx], torch.tensor(h))
+    np.testing.assert_allclose(f(x, h)[0], want.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_a_reduction_in_column_order_stays_a_kernel():
+    """``P[n, d] = sum_c exp(X[n, c, d])`` over 21 classes runs in column order (rows of
+    ``d`` contiguous). Inlined into ``Y[n, d] = log(P[n, d])``, read once per point, its
+    loop would step across the rows, one element of each at a stride of 64: fusion keeps
+    it a kernel (``fusion._runs_in_columns``)."""
+    X = tg.placeholder((3, 21, 64), "float32", "X")
+    c = tg.reduce_axis(21, "c")
+    P = tg.compute((3, 64), lambda n, d: tg.sum(tg.exp(X[n, c, d]), axis=c), name="P")
+    Y = tg.compute((3, 64), lambda n, d: tg.log(P[n, d]), name="Y")
+    f = tg.build([X], Y, target="cpu")
+    assert [k.tensor.name for k in f.program.plan.kernels] == ["P", "Y"]
+    assert "cacc[j] +=" in f.program.steps[0].src.text
+    x = np.random.default_rng(8).standard_normal(X.shape).astype(np.float32)
+    np.testing.assert_allclose(f(x), np.log(np.exp(x).sum(1)), rtol=1e-5)
+
+
 def test_max_pool_gradient_runs_window_by_window():
     """``dX[i, j]`` reads the window's maximum, tie count and gradient at ``[i // 2, j //
     2]``: run by residue classes (``i = 2 q + a``, ``a`` unrolled), the three are computed
@@ -764,6 +847,30 @@ def test_extreme_reductions_propagate_nan_like_numpy(kind):
     x[3, :] = -np.inf if kind in ("max", "argmax") else np.inf
     assert_agree([tg.build([X], out, target="cpu")(x)], [tg.build([X], out, target="numpy")(x)],
                  kind)
+
+
+@pytest.mark.parametrize("kind, dtype, nan", [
+    ("sum", "float32", False), ("max", "float32", False), ("max", "float32", True),
+    ("min", "float64", True), ("prod", "float64", False), ("sum", "int64", False)])
+def test_a_0d_reduction_shares_its_loop_out_over_threads(kind, dtype, nan):
+    """A 0-d kernel's reduction over ``parallel_work`` or more (here 0) runs its first
+    loop on every thread, each into its own accumulators, combined in thread order: the
+    reference's value (NaN where a part has one), the same bits at every run."""
+    X = tg.placeholder((37, 50), dtype, "X")
+    a, b = tg.reduce_axis(37, name="a"), tg.reduce_axis(50, name="b")
+    out = tg.compute((), lambda: getattr(tg, kind)(X[a, b], axis=[a, b]), kind)
+    options = tg.Options.from_environment().replace(parallel_work=0)
+    f = tg.build([X], out, target="cpu", options=options)
+    assert "#pragma omp parallel num_threads" in f.program.steps[-1].src.text
+    rng = np.random.default_rng(9)
+    x = (rng.integers(-9, 9, X.shape) if dtype == "int64" else
+         rng.uniform(0.99, 1.01, X.shape) if kind == "prod" else
+         rng.standard_normal(X.shape)).astype(dtype)
+    if nan:
+        x[30, 3] = np.nan
+    got = f(x)
+    assert_agree([got], [tg.build([X], out, target="numpy")(x)], kind, rtol=1e-6)
+    assert np.array_equal(got, f(x), equal_nan=True)
 
 
 def test_output_buffers_are_reused_only_when_dropped():

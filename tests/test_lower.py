@@ -811,3 +811,26 @@ def test_products_stay_apart_where_merging_does_not_pay_or_fit():
     assert not any(name.endswith("merged") for name in made)
     _, A, B = _shared_products(100, lambda H, t, n, j: H[t, n, j] * H[t + 1, n, 11 - j])
     assert apart([A, B]) == 2
+
+
+def test_products_over_heads_are_batches_of_matrix_products():
+    """``dQ[n, l, h D + d] = sum_s dS[n, h, l, s] K[n, s, h D + d]`` (attention's query
+    gradient): the head ``h``, read by both operands, is the inner part of the output's
+    columns. The products are batches over ``h`` of ``(L x S) @ (S x D)``, one per image
+    ``n`` (``(n, h)`` is no single batch stride), not ``N L H`` products of ``1 x D``."""
+    from tegrad.backends.host.ops import product_sum, terms
+
+    N, H, L, S, D = 2, 3, 5, 4, 6
+    dS, K = ph((N, H, L, S), "dS"), ph((N, S, H * D), "K")
+    s = tg.reduce_axis(S, "s")
+    dQ = tg.compute((N, L, H * D), lambda n, l_, j: tg.sum(
+        dS[n, j // D, l_, s] * K[n, s, j], axis=s), name="dQ")
+    products = []
+
+    def matmul(a, b, out=None, accumulate=False):
+        products.append((terms(a)[0].shape, terms(b)[0].shape))
+        return product_sum(a, b, out, accumulate)
+
+    assert_matches(dQ, "contraction", host=HostOps(matmul=matmul))
+    assert len(products) == N
+    assert all(a == (1, H, L, S) and b == (1, H, S, D) for a, b in products), products

@@ -114,6 +114,8 @@ class Options:
     unroll: int = 16  # reductions of at most this many constant points are unrolled
     row_cache_buffers: int = 4  # row caches per kernel (row_cache.py)
     max_regions: int = 8  # ranges a guarded axis is split into (lower/nest_facts.regions)
+    value_bounds: bool = True  # a reduce loop where k == t[n] visits that point (nest_reduce)
+    order_reductions: bool = True  # a reduction's axes by stride (nest_facts.stride_ordered)
     # outputs no later kernel reads are streamed past the caches when this large (more
     # than a core's L2) and the kernel moves this much in all (more than an L3 holds)
     stream_bytes: int = 4 << 20

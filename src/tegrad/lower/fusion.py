@@ -22,7 +22,8 @@ inlined when that ratio is at most 1; at most ``max_inline_ratio`` (each element
 about once or twice) where evaluating its reductions again at most doubles the consumers'
 own work (``_work``); or, for a producer without reductions, when it is cheap (at most
 ``CHEAP_NODES`` nodes) and the ratio is at most ``max_cheap_inline_ratio`` (a 3x3 window over a
-relu). Producers are decided from the last to the first, so a site is counted where it
+relu). A reduction that runs in column order stays a kernel (``_runs_in_columns``).
+Producers are decided from the last to the first, so a site is counted where it
 finally lands, after its consumer has itself been inlined.
 
 Contractions that are not matrix products (``worth_blas``) become general kernels first,
@@ -36,6 +37,7 @@ import math
 
 from ..ir import dtype as dt
 from ..ir.affine import single_bound
+from ..ir.bounds import is_pure_index
 from ..ir.expr import Binary, Cast, Expr, Read, Reduce, Select, Unary, split_conjunction
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import (
@@ -49,7 +51,9 @@ from ..ir.traverse import (
 )
 from ..options import Options
 from .contraction import Contraction as ContractionForm
+from .cost import reduction_width
 from .kernels import Contraction, General, Plan, ScanKernel
+from .nest_facts import column_order, reads_in_bounds
 from .residue import unrolled_axes, unrolled_bodies
 
 CHEAP_NODES = 6
@@ -84,8 +88,8 @@ def fuse(p: Plan, options: Options) -> Plan:
             continue
         consumers = [c for c in bodies if c not in inlined and c is not producer
                      and producer in reads_of(c)]
-        if not consumers or not _worth_inlining(bodies[producer], producer,
-                                                [bodies[c] for c in consumers], options):
+        if not consumers or _runs_in_columns(bodies[producer], options) or not _worth_inlining(
+                bodies[producer], producer, [bodies[c] for c in consumers], options):
             continue
         if not _exact(bodies[producer].body) and any(
                 _compared(bodies[c].body, producer) for c in consumers):
@@ -103,6 +107,16 @@ def fuse(p: Plan, options: Options) -> Plan:
             kept = tuple(t for t in parts[k.tensor] if t not in inlined)  # (for describe)
             kernels.append(General(k.tensor, bodies[k.tensor], kept))
     return Plan(kernels, p.outputs, p.notes)
+
+
+def _runs_in_columns(source: Compute, options: Options) -> bool:
+    """Whether ``source`` is a reduction along the outer dimension of its reads, wider than
+    a window (``nest_facts.column_order``, more than ``Options.unroll`` points): its own
+    loop nest reads whole rows, but inlined at a point of a consumer its loop steps
+    across them, one element of each row (the sum of ``exp`` over the 21 classes of an
+    ``(N, C, H, W)`` cross entropy, at a stride of ``H W``), so it stays a kernel."""
+    return (column_order(source.body, source.axes, source.shape)
+            and reduction_width(source.body) > options.unroll)
 
 
 def _compared(body: Expr, producer: Compute) -> bool:
@@ -181,7 +195,8 @@ def _fresh_reductions(body: Expr, outer: frozenset) -> Expr:
 def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute],
                     options: Options) -> bool:
     size = max(1, math.prod(producer.shape))
-    evaluations = sum(_site_evaluations(c, producer) for c in consumers)
+    guarded = _stays_guarded(source.body, options)
+    evaluations = sum(_site_evaluations(c, producer, guarded) for c in consumers)
     ratio = evaluations / size
     if ratio <= 1:
         return True
@@ -212,37 +227,62 @@ def _work(e: Expr, memo: dict) -> int:
     return hit
 
 
-def _site_evaluations(consumer: Compute, producer: Compute) -> int:
+def _stays_guarded(body: Expr, options: Options) -> bool:
+    """Whether ``body``, inlined into a ``select`` branch, is evaluated inside that branch's
+    guard in the loop nest (``nest_values``: a branch whose reads could leave their tensor
+    and cannot be clamped is a ``Guard``, and nothing unsafe moves above it): it reads
+    through an index tensor (``w[t[n]]``), or reads out of bounds under a reduction too
+    wide to unroll or with a ``where``."""
+    if reads_in_bounds(body):
+        return False
+    nodes = walk(body)
+    if any(isinstance(x, Read) and not all(is_pure_index(i) for i in x.indices) for x in nodes):
+        return True
+    reduces = [x for x in nodes if isinstance(x, Reduce)]
+    return bool(reduces) and (reduction_width(body) > options.unroll
+                              or any(r.where is not None for r in reduces))
+
+
+def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool = False) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
     read computed once per iteration of the loops down to its innermost variable, over the
     values those loops take under the ``select`` guards around it (a read of one gate in a
     concatenation of four runs on a quarter of the columns). A consumer run by residue
     classes (``residue.unrolled_axes``) evaluates what its bodies share once: a max pool's
-    gradient reads the window's maximum once per window."""
+    gradient reads the window's maximum once per window. ``guarded`` (``_stays_guarded``):
+    a read in a ``select`` branch is evaluated at least once per iteration of the loops
+    down to the select's innermost variable, where its guard is (a cross entropy's 0-d
+    weight total, ``sum_n w[t[n]]``, read in the branch ``t[i] != ignore`` of its
+    gradient ``dX[i, j]`` runs once per element, not once)."""
     total = 0
     seen, placed = set(), set()
 
-    def go(e: Expr, loops: tuple, ranges: dict) -> None:
+    def go(e: Expr, loops: tuple, ranges: dict, floor: int = -1) -> None:
         nonlocal total
-        key = (e, loops, tuple(sorted((v.uid, r) for v, r in ranges.items())))
+        key = (e, loops, tuple(sorted((v.uid, r) for v, r in ranges.items())), floor)
         if key in seen:
             return
         seen.add(key)
         if isinstance(e, Read) and e.tensor is producer:
             used = free_vars(e)
             depth = max((k for k, v in enumerate(loops) if v in used), default=-1)
+            depth = max(depth, floor)
             counts = tuple(_count(v, ranges) for v in loops[: depth + 1])
             if (e, loops[: depth + 1], counts) not in placed:  # one evaluation where placed
                 placed.add((e, loops[: depth + 1], counts))
                 total += math.prod(counts)
         inner = loops + tuple(e.axes) if isinstance(e, Reduce) else loops
         if isinstance(e, Select):
-            go(e.cond, inner, ranges)
-            go(e.a, inner, _narrowed(e.cond, ranges))
-            go(e.b, inner, ranges)
+            go(e.cond, inner, ranges, floor)
+            branch = floor
+            if guarded:  # (the select is placed at its innermost variable's loop)
+                used = free_vars(e)
+                branch = max([floor, *(k for k, v in enumerate(inner) if v in used)])
+            go(e.a, inner, _narrowed(e.cond, ranges), branch)
+            go(e.b, inner, ranges, branch)
             return
         for c in children(e):
-            go(c, inner, ranges)
+            go(c, inner, ranges, floor)
 
     residues = unrolled_axes(consumer.body, consumer.axes) if len(consumer.axes) > 1 else {}
     if residues:  # the compiled kernel's loops and bodies (lower/nest_build.py)

@@ -261,7 +261,11 @@ class Loop(Block):
     """``var`` over ``[lo, hi)``. ``role``: ``output`` (an output axis), ``reduce`` (a
     reduction's axis) or ``column_reduce`` (a column nest's reduce loops). ``unroll``:
     the trip count to unroll (0: none); ``vectorize``: across iterations, with
-    ``simd_reductions`` (``(kind, accumulator, nan flag)``) carried."""
+    ``simd_reductions`` (``(kind, accumulator, nan flag)``) carried. ``partials``: a
+    reduction's loop shared out over threads, each thread's part of ``[lo, hi)`` into
+    its own copies of these accumulators (``(name, dtype, identity, kind, nan flag)``),
+    combined in thread order after the loop (a 0-d kernel's sum: deterministic for a
+    thread count)."""
 
     var: str = ""
     lo: object = 0
@@ -270,6 +274,7 @@ class Loop(Block):
     unroll: int = 0
     vectorize: bool = False
     simd_reductions: tuple = ()
+    partials: tuple = ()
 
 
 @dataclass(eq=False)

@@ -71,7 +71,14 @@ from .nest import (
     StoreColumns,
     StreamOut,
 )
-from .nest_facts import column_order, regions, specialized, unshadow, work_per_point
+from .nest_facts import (
+    column_order,
+    regions,
+    specialized,
+    stride_ordered,
+    unshadow,
+    work_per_point,
+)
 from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
 from .nest_reduce import ReduceLowering, accumulate
 from .residue import unrolled_axes, unrolled_bodies
@@ -114,6 +121,8 @@ class NestBuilder(ReduceLowering):
         size = math.prod(shape)
         parallel = size * work_per_point(body_of.body) >= self.options.parallel_work and size > 1
         body = unshadow(body_of.body, frozenset(axes))
+        if self.options.order_reductions:
+            body = stride_ordered(body)
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
         split = (regions(body, axes[0], shape[0], self.options.max_regions)
                  if len(axes) == 1 else None)
@@ -209,6 +218,8 @@ class NestBuilder(ReduceLowering):
         (``v = n q + a``) in the innermost loop: what the copies share (a pooling window's
         maximum, its gradient's value) is computed once per window."""
         loop, bodies = unrolled_bodies(body, axes, residues)
+        for _, part in bodies:  # (candidates for sharing a loop, as in _parts)
+            self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
         blocks = self._row_loops(loop, [v.extent for v in loop], parallel)
         self.stack.extend(blocks)
         for index, part in bodies:

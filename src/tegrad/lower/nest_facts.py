@@ -7,6 +7,7 @@
 ``regions``          ranges of the last axis on which every guard on it is constant
 ``specialized``      the body on one such range, its guards folded
 ``work_per_point``   the parallel-work estimate of one output point
+``stride_ordered``   each reduction's axes ordered by their strides, the longest outermost
 
 These are facts of the expression, not of a target: a GPU target asks the same.
 """
@@ -66,6 +67,40 @@ def unshadow(e: Expr, bound: frozenset) -> Expr:
         return out
 
     return go(e, bound)
+
+
+ORDERED_KINDS = ("sum", "prod", "max", "min")  # whose axes may be visited in any order
+
+
+def stride_ordered(body: Expr) -> Expr:
+    """``body`` with the axes of each sum, product, max or min over 2+ axes without a
+    ``where`` in order of the longest stride they take in a read of its source, the
+    longest outermost (stable), so that the innermost loop is the one that reads
+    contiguously. A group norm's input gradient sums ``H[n, 2 g + rho, y, x]`` over
+    ``(y, x, rho)`` (the residue ``rho`` of its scatter-to-gather comes last): over
+    ``(rho, y, x)`` the inner loop is 56 contiguous floats, not 2 at a stride of 3136.
+    (An argmax's ties, a custom combiner's order and a ``where``'s bounds depend on the
+    order: those are left as they are.)"""
+    def reorder(e: Expr) -> Expr | None:
+        if not (isinstance(e, Reduce) and len(e.axes) > 1 and e.where is None
+                and e.combiner.kind in ORDERED_KINDS):
+            return None
+        longest = dict.fromkeys(e.axes, 0)
+        for x in walk(e.source):
+            if not isinstance(x, Read):
+                continue
+            for m, index in enumerate(x.indices):
+                coeffs, _ = linearize(index)
+                step = math.prod(x.tensor.shape[m + 1:])
+                for v, c in coeffs.items():
+                    if v in longest:
+                        longest[v] = max(longest[v], abs(c) * step)
+        order = sorted(e.axes, key=lambda a: -longest[a])
+        if order == list(e.axes):
+            return None
+        return Reduce(e.combiner, e.source, tuple(order), e.where, e.dtype)
+
+    return transform(body, reorder)
 
 
 def column_order(body: Expr, axes, shape) -> bool:

@@ -5,12 +5,18 @@ declared before. A conjunct of the ``where`` that is affine in one reduce axis w
 coefficient ``c`` (``c k + R >= 0`` or ``== 0``, ``R`` over variables bound outside that
 loop) becomes a bound of its loop (``k >= ceil(-R / c)`` for ``c > 0``,
 ``k <= floor(R / -c)`` for ``c < 0``, ``k = -c R`` for ``c = +-1`` and ``==``): the
-guards of a gather-form convolution or pooling backward cost nothing per element. The
+guards of a gather-form convolution or pooling backward cost nothing per element. So
+does ``k == v`` for an integer value ``v`` the loop does not change, read from data (a
+class index picked by ``sum_c [c = t[n]] x[n, c]``): the loop visits ``max(lo, v) <= k
+< min(hi, v + 1)``, one point or none (``Options.value_bounds``). The
 other conjuncts test each point: branch-free (``Accumulate.mask``) when the source is
 safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they use.
 
 A small window (at most ``Options.unroll`` points, constant bounds: a pooling's 2x2, a
 3x3 stencil) is unrolled, so that the loop around it, over outputs, vectorizes instead.
+
+A 0-d kernel's sum (a loss's mean, a sum over all dims) shares its first loop out over
+threads, each with its own accumulators, added up in thread order (``Loop.partials``).
 
 Sibling reductions (the same ranges, no ``where``, placed in the same block, independent
 of each other) share one loop: a layer-norm backward reads each row once for its three
@@ -25,11 +31,11 @@ import math
 
 from ..ir import dtype as dt
 from ..ir.affine import linearize
-from ..ir.expr import Binary, Expr, Reduce, Unary, Var
+from ..ir.expr import Binary, Cast, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
 from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
-from .nest_facts import eager, reads_in_bounds
+from .nest_facts import eager, reads_in_bounds, work_per_point
 from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
 from .nest_values import ExprLowering
 
@@ -51,7 +57,7 @@ class ReduceLowering(ExprLowering):
         acc = self.fresh("acc")
         shadowed = {a: self.vars.get(a) for a in e.axes}  # a nested reduction may reuse an axis
         names = {a: self.bind(a, "r") for a in e.axes}
-        bounds, rest = self.loop_bounds(e, names)
+        bounds, rest, points = self.loop_bounds(e, names)
         if kind in ("argmax", "argmin"):
             start = e.axes[0].lo if len(e.axes) == 1 else 0
             here.items.append(ArgAccumulator(acc, e.dtype, e.source.dtype, start))
@@ -81,10 +87,14 @@ class ReduceLowering(ExprLowering):
         guard([c for c in rest if deepest[c] == -1])
         unroll = (not rest and math.prod(a.extent for a in e.axes) <= self.options.unroll
                   and all(bounds[a] == (a.lo, a.lo + a.extent) for a in e.axes))
+        partials = () if unroll or not self.threaded(e) else tuple(
+            (name, r.dtype, accumulator(r, name).identity, r.combiner.kind, nan_flagged(r))
+            for r, name in [(e, acc), *siblings.items()])
         for k, a in enumerate(e.axes):
             lo, hi = bounds[a]
             block = Loop(frozenset((a,)), loop=True, unrolled=unroll, var=names[a], lo=lo,
-                         hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0)
+                         hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0,
+                         partials=partials if k == 0 else ())
             self.stack.append(block)
             opened.append(block)
             if k < last or not predicate:
@@ -107,7 +117,7 @@ class ReduceLowering(ExprLowering):
         for r, r_acc in siblings.items():
             self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
-                and not self.has_check
+                and not self.has_check and e.axes[-1] not in points
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):
@@ -119,6 +129,15 @@ class ReduceLowering(ExprLowering):
                 self.vars[a] = old
         self.emitting.difference_update([e, *siblings])
         return Ref(acc)
+
+    def threaded(self, e: Reduce) -> bool:
+        """Whether ``e``'s first loop is shared out over threads (``Loop.partials``): a
+        sum, product, max or min over ``Options.parallel_work`` or more (as an output
+        loop is) in a 0-d kernel, outside every loop (a loss's mean, a sum over all
+        dims), which would otherwise run on one thread."""
+        return (not self.tensor.shape and e.combiner.kind in FUSABLE and e.axes[0].extent > 1
+                and not any(b.loop for b in self.stack)
+                and work_per_point(e) >= self.options.parallel_work)
 
     def siblings(self, e: Reduce) -> dict:
         """Other reductions of the body over the same ranges, with no ``where``, placed in
@@ -150,15 +169,23 @@ class ReduceLowering(ExprLowering):
         return found
 
     def loop_bounds(self, e: Reduce, names: dict):
-        """Per axis ``(lo, hi)`` (half-open; ints or ``nest`` integer forms), and the
-        conjuncts left over."""
+        """Per axis ``(lo, hi)`` (half-open; ints or ``nest`` integer forms), the
+        conjuncts left over, and the axes bounded to one value's point (whose loop, of one
+        iteration or none, is not vectorized)."""
         bounds = {a: [a.lo, a.lo + a.extent] for a in e.axes}
-        rest = []
+        rest, points = [], set()
         conds = split_conjunction(e.where) if e.where is not None else []
         for c in conds:
             found = affine_bound(c)
             if found is None:
-                rest.append(c)
+                point = self.value_point(e, c) if self.options.value_bounds else None
+                if point is None:
+                    rest.append(c)
+                else:  # a == x: the one point x, if it lies in a's range
+                    a, x = point
+                    lo, hi = bounds[a]
+                    bounds[a] = [IMax(lo, x), IMin(hi, Next(x))]
+                    points.add(a)
                 continue
             sides = []
             for coeffs, k, kind in found:
@@ -189,7 +216,26 @@ class ReduceLowering(ExprLowering):
                     bounds[a] = [IMax(lo, CeilDiv(Negated(r), coef)), hi]
                 else:  # a <= floor(R / -coef)
                     bounds[a] = [lo, IMin(hi, Next(FloorDiv(r, -coef)))]
-        return {a: tuple(b) for a, b in bounds.items()}, rest
+        return {a: tuple(b) for a, b in bounds.items()}, rest, points
+
+    def value_point(self, e: Reduce, c: Expr):
+        """``(a, x)`` for a conjunct ``a == v`` (either side, ``a`` an axis of ``e``, maybe
+        cast) with ``v`` an integer value that no axis of ``e`` changes and whose reads
+        stay in bounds (``x``: its operand, computed before the loops): a class index
+        ``sum_c [c = t[n]] x[n, c]`` visits the point ``c = t[n]``, not the ``C`` classes.
+        None otherwise."""
+        if not (isinstance(c, Binary) and c.op == "eq"):
+            return None
+        for axis, v in ((c.a, c.b), (c.b, c.a)):
+            while isinstance(axis, Cast) and dt.is_int(axis.dtype):
+                axis = axis.a
+            if (isinstance(axis, Var) and axis in e.axes and dt.is_int(v.dtype)
+                    and not free_vars(v) & frozenset(e.axes) and reads_in_bounds(v)):
+                x = self.value(v)
+                if isinstance(x, Lit):
+                    return axis, int(x.value)
+                return axis, Affine(((1, x.name),), 0)
+        return None
 
     def _bound(self, v) -> bool:
         return isinstance(v, Var) and v in self.vars and any(v in b.binds for b in self.stack)

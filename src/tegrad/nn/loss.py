@@ -34,6 +34,7 @@ from ..ir.broadcast import broadcast_read, broadcast_shapes
 from ..ir.compute import compute
 from ..ir.tensor import Tensor, unique_name
 from .normalization import pairwise_distance
+from .softmax import _shift
 
 __all__ = [
     "binary_cross_entropy",
@@ -229,13 +230,18 @@ def nll_loss(input, target, weight=None, size_average=None, ignore_index=-100, r
                    _picked_weight_total(target, weight, ignore_index, name))
 
 
-def _log_sum_exp(input: Tensor, positions, classes, at, name: str) -> Tensor:
-    """``lse = m + log sum_c exp(x_c - m)`` with ``m = max_c x_c``, per position."""
+def _log_sum_exp(input: Tensor, positions, classes, at, name: str):
+    """``lse(pos) = m + log sum_c exp(x_c - m)`` with ``m = max_c x_c``: the max and the sum
+    are computes of their own, plain reductions (over an ``(N, C, d)`` input they run in
+    column order), the log applied where ``lse`` is read. ``lse`` is invariant to the
+    shift ``m``, so ``m`` is held constant (``softmax._shift``): the backward neither
+    counts the max's ties nor tests each element against it."""
     k = reduce_axis(classes, name="k")
     top = compute(positions, lambda *pos: tmax(input[at(pos, k)], axis=k), name=f"{name}.max")
     k2 = reduce_axis(classes, name="k")
-    return compute(positions, lambda *pos: top[pos] + log(
-        tsum(exp(input[at(pos, k2)] - top[pos]), axis=k2)), name=f"{name}.lse")
+    total = compute(positions, lambda *pos: tsum(
+        exp(input[at(pos, k2)] - _shift(top[pos])), axis=k2), name=f"{name}.sum")
+    return lambda pos: _shift(top[pos]) + log(total[pos])
 
 
 def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100,
@@ -261,7 +267,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
 
     def body(*pos):
         w = 1.0 if weight is None else weight[c]
-        logp = input[at(pos, c)] - lse[pos]
+        logp = input[at(pos, c)] - lse(pos)
         if probabilities:
             q = target[at(pos, c)] if eps == 0 else (1 - eps) * target[at(pos, c)] + eps / classes
             return -tsum(w * q * logp, axis=c)

@@ -67,13 +67,15 @@ class CDialect:
         pad = self.indent * indent
         head = self.head(b)
         out.extend(pad + line for line in head)
-        inner = indent + 1 if head else indent
+        inner = indent + (3 if isinstance(b, n.Loop) and b.partials else 1) if head else indent
         for item in b.items:
             if isinstance(item, n.Block):
                 self.block(item, out, inner)
             else:
                 out.extend(self.indent * inner + line for line in self.statement(item))
-        if head:
+        if isinstance(b, n.Loop) and b.partials:
+            out.extend(pad + line for line in self.threaded_loop_tail(b))
+        elif head:
             out.append(pad + "}")
 
     def head(self, b: n.Block) -> list[str]:
@@ -113,6 +115,8 @@ class CDialect:
         return head
 
     def loop_head(self, b: n.Loop) -> list[str]:
+        if b.partials:
+            return self.threaded_loop_head(b)
         head = []
         if b.vectorize:
             head.append(self.vector_pragma(b.simd_reductions))
@@ -122,6 +126,60 @@ class CDialect:
         index = self.index_types[b.role]
         head.append(f"for ({index} {b.var} = {lo}; {b.var} < {hi}; {b.var}++) {{")
         return head
+
+    def threaded_loop_head(self, b: n.Loop) -> list[str]:
+        """A reduction's loop shared out over threads (``Loop.partials``): a slot per
+        thread for each accumulator, then a parallel region in which every thread sums
+        its share of ``[lo, hi)`` into accumulators of the same names (shadowing the
+        outer ones); ``threaded_loop_tail`` stores and combines them."""
+        head = ["{"]
+        for name, dtype, identity, _, nan in b.partials:
+            ctype = self.local_types[dtype]
+            head += [f"  {ctype} {name}_part[nthreads];",
+                     f"  for (int p = 0; p < nthreads; p++) {name}_part[p] = "
+                     f"{self.operand(identity)};"]
+            if nan:
+                head += [f"  int {name}_part_nan[nthreads];",
+                         f"  for (int p = 0; p < nthreads; p++) {name}_part_nan[p] = 0;"]
+        head += ["  #pragma omp parallel num_threads(nthreads)", "  {",
+                 "    const long tg_t = omp_get_thread_num(), tg_n = omp_get_num_threads();",
+                 f"    const long tg_lo = {self.bound(b.lo)}, "
+                 f"tg_span = {self.bound(b.hi)} - tg_lo;"]
+        for name, dtype, identity, _, nan in b.partials:
+            head.append(f"    {self.local_types[dtype]} {name} = {self.operand(identity)};")
+            if nan:
+                head.append(f"    int {name}_nan = 0;")
+        if b.vectorize:
+            head.append("    " + self.vector_pragma(b.simd_reductions))
+        index = self.index_types[b.role]
+        head.append(f"    for ({index} {b.var} = tg_lo + tg_span * tg_t / tg_n; "
+                    f"{b.var} < tg_lo + tg_span * (tg_t + 1) / tg_n; {b.var}++) {{")
+        return head
+
+    def threaded_loop_tail(self, b: n.Loop) -> list[str]:
+        """Each thread's accumulators into its slots; after the region, the slots folded
+        into the outer accumulators in thread order."""
+        tail = ["    }"]
+        combine = []
+        for name, dtype, _, kind, nan in b.partials:
+            tail.append(f"    {name}_part[tg_t] = {name};")
+            part = f"{name}_part[p]"
+            if kind == "sum":
+                step = f"{name} += {part};"
+            elif kind == "prod":
+                step = f"{name} *= {part};"
+            elif nan:  # (a float max/min: a plain compare and the NaN flags or-ed)
+                cmp = ">" if kind == "max" else "<"
+                step = (f"{name} = ({name} {cmp} {part} ? {name} : {part}); "
+                        f"{name}_nan |= {name}_part_nan[p];")
+            else:
+                step = f"{name} = {c_ops.binary(kind, name, part, dtype, dtype)};"
+            if nan:
+                tail.append(f"    {name}_part_nan[tg_t] = {name}_nan;")
+            combine.append(step)
+        tail.append("  }")
+        tail += [f"  for (int p = 0; p < nthreads; p++) {{ {' '.join(combine)} }}", "}"]
+        return tail
 
     def vector_pragma(self, reductions: tuple) -> str:
         clauses = []

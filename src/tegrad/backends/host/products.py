@@ -155,6 +155,17 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
     else:
         n_side, i = "b", j
     prefix, m_vars, n_vars = order[:i], order[i:j], order[j:]
+    m_side = "a" if n_side == "b" else "b"
+    if (not m_vars and any(side(v) == m_side for v in prefix)) or (
+            not n_vars and any(side(v) == n_side for v in prefix)):
+        # a batch variable at a smaller output stride than a free one (the head h of
+        # attention's dQ[n, l, h D + d] = sum_s dS[n, h, l, s] K[n, s, h D + d]) left that
+        # one in the batch too: a batch of matrix-vector products (n l h of 1 x 64, a
+        # hundred times slower); batch over the shared variables, M and N over the rest,
+        # and the result copied into place
+        prefix = [v for v in order if side(v) == "ab"]
+        m_vars = [v for v in order if side(v) == m_side]
+        n_vars = [v for v in order if side(v) == n_side]
     (x, xv), (y, yv) = ((a, av), (b, bv)) if n_side == "b" else ((b, bv), (a, av))
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
@@ -170,6 +181,10 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
     # (or, with no batch axis, along the outermost reduced axis, adding the blocks up)
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
     blocks = 1 if lead is None or looped or overlap else min(ext[lead], -(-size // BLOCK_ELEMENTS))
+    if blocks and len(prefix) >= 2 and not looped and not overlap and not all(
+            _batch_merges(arr, vs, prefix, ext)
+            for arr, vs in ((x, xv), (y, yv), (target, out_vars))):
+        blocks = ext[lead]  # one product per value of the first: a batch BLAS takes
     if blocks <= 1:
         _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, host)
         return
@@ -185,6 +200,15 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
         else:
             _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
                   host)
+
+
+def _batch_merges(a: np.ndarray, vs: list, prefix: list, ext: dict) -> bool:
+    """Whether the dimensions of ``a`` (one per variable of ``vs``) over the batch
+    variables ``prefix`` merge into one batch dimension of constant stride, as a BLAS
+    call's batch must (a variable ``a`` lacks is a zero stride; ``dQ[n, l, h D + d]``
+    over the batch ``(n, h)`` does not: ``h`` is the inner of the columns)."""
+    dims = [(a.strides[vs.index(v)] if v in vs else 0, ext[v]) for v in prefix if ext[v] > 1]
+    return all(s0 == n1 * s1 for (s0, _), (s1, n1) in zip(dims, dims[1:], strict=False))
 
 
 _LOOPED: dict = {}  # _looped's choices by operand layout and variables
