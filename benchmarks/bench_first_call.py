@@ -2,12 +2,15 @@
 gradient), from an empty cache and again warm: each in a new process, the cold one with a
 fresh ``TEGRAD_CACHE_DIR``, the warm one with the same directory after it.
 
-Each process prints where its seconds went: ``gradient`` (``tg.gradient``, or its load
-from the cache), ``plan`` (fusion, grouping, contractions), ``C`` (the kernels' loop nests
-rendered), ``gcc`` (compiling and linking, wall time), ``load`` (the stored program read
-back, the libraries opened), ``first call`` (the first step: products' layouts recorded,
-buffers allocated), ``other`` (the rest of ``tg.build``: keys, pickling, binding); then
-the second call's seconds, for scale.
+Each process reports where its seconds went, as wall time and as CPU time (its threads'
+and its finished children's, gcc's: on a loaded machine the steadier of the two):
+``gradient`` (``tg.gradient``, or its load from the cache), ``plan`` (contractions,
+fusion, grouping), ``C`` (the kernels' loop nests rendered), ``gcc`` (the kernels not
+compiled before, compiled and linked), ``load`` (the stored program read back, cached
+libraries opened), ``first call`` (the first step: products' layouts recorded, buffers
+allocated), ``other`` (the rest of ``tg.build``: keys, pickling, binding); then the
+second call's, the step itself. The last line counts the kernels, the distinct ones
+(compiled once each, ``backends/cpu/kernel_cache.py``) and the gcc runs.
 
     .venv/bin/python benchmarks/bench_first_call.py [--arch resnet50] [--batch 8]
         [--image 64] [--classes 10] [--keep DIR] [--profile FILE]
