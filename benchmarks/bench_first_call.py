@@ -2,18 +2,25 @@
 gradient), from an empty cache and again warm: each in a new process, the cold one with a
 fresh ``TEGRAD_CACHE_DIR``, the warm one with the same directory after it.
 
-Each process prints where its seconds went: ``gradient`` (``tg.gradient``, or its load
-from the cache), ``plan`` (fusion, grouping, contractions), ``C`` (the kernels' loop nests
-rendered), ``gcc`` (compiling and linking, wall time), ``load`` (the stored program read
-back, the libraries opened), ``first call`` (the first step: products' layouts recorded,
-buffers allocated), ``other`` (the rest of ``tg.build``: keys, pickling, binding); then
-the second call's seconds, for scale.
+Each process reports where its seconds went, as wall time and as CPU time (its threads'
+and its finished children's, gcc's: on a loaded machine the steadier of the two):
+``gradient`` (``tg.gradient``, or its load from the cache), ``plan`` (contractions,
+fusion, grouping), ``C`` (the kernels' loop nests rendered), ``gcc`` (the kernels not
+compiled before, compiled and linked), ``load`` (the stored program read back, cached
+libraries opened), ``first call`` (the first step: products' layouts recorded, buffers
+allocated), ``other`` (the rest of ``tg.build``: keys, pickling, binding); then the
+second call's, the step itself. The last line counts the kernels, the distinct ones
+(compiled once each, ``backends/cpu/kernel_cache.py``) and the gcc runs.
 
     .venv/bin/python benchmarks/bench_first_call.py [--arch resnet50] [--batch 8]
-        [--image 64] [--classes 10] [--keep DIR] [--profile FILE]
+        [--image 64] [--classes 10] [--torch N] [--keep DIR] [--profile FILE]
 
+``--torch N`` then times the warm process's step against torch's (the same network and
+weights, ``tests/torch_models.py``), N runs each, alternately: the median ratio.
 ``--profile FILE`` runs the cold process under cProfile and writes its stats to FILE
-(``python -m pstats FILE``); ``--keep DIR`` uses (and keeps) DIR as the cache.
+(``python -m pstats FILE``); ``--keep DIR`` uses (and keeps) DIR as the cache. It runs
+on a tree from before the kernel cache too (``PYTHONPATH=/tmp/base/src``; the counts
+then print as -1), to compare.
 """
 
 from __future__ import annotations
@@ -76,15 +83,19 @@ def child(args) -> None:
 
     import tegrad as tg
     from tegrad.backends import runtime
-    from tegrad.backends.cpu import compiler, kernel_cache, program
+    from tegrad.backends.cpu import compiler, program
     from tegrad.cache import disk
     from tegrad.models import resnet, resnet_parameters
 
+    try:
+        from tegrad.backends.cpu import kernel_cache
+    except ImportError:  # a tree from before it (one library per program)
+        kernel_cache = None
     clock = Clock()
     clock.wrap(runtime, "plan", "plan")
     clock.wrap(runtime, "compiled", "plan")
     clock.wrap(program, "blueprint", "C")
-    clock.wrap(kernel_cache, "_compile", "gcc")
+    clock.wrap(kernel_cache or compiler, "_compile", "gcc")
     clock.wrap(compiler, "_cached", "load")
     clock.wrap(disk.serialize, "load", "load")
 
@@ -115,11 +126,44 @@ def child(args) -> None:
     second = clock.now()
     step(*feed)
     second = [b - a for a, b in zip(second, clock.now(), strict=True)]
+    ratio = against_torch(args, step, feed, names) if args.torch and args.warm else None
     print(json.dumps({"wall": clock.wall, "cpu": clock.cpu, "second call": second,
+                      "torch ratio": ratio,
                       "kernels": len(step.program.plan.kernels),
-                      "gcc runs": compiler.STATS["gcc runs"],
-                      "compiled": kernel_cache.STATS["kernels compiled"],
-                      "asked": kernel_cache.STATS["kernels asked"]}))
+                      "gcc runs": compiler.STATS["gcc runs"] if kernel_cache else -1,
+                      "compiled": kernel_cache.STATS["kernels compiled"] if kernel_cache else -1,
+                      "asked": kernel_cache.STATS["kernels asked"] if kernel_cache else -1}))
+
+
+def against_torch(args, step, feed, names) -> dict:
+    """The step's seconds over torch's (the same network and weights, 2 threads), run
+    alternately ``args.torch`` times each: the median ratio and the spread."""
+    import numpy as np
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from torch_models import ResNet
+
+    torch.set_num_threads(int(os.environ.get("TEGRAD_NUM_THREADS", "2")))
+    module = ResNet(args.arch, args.classes, 64).float().train()
+    state = {n: p.detach().numpy() for n, p in module.named_parameters()}
+    feed = [*feed[:2], *(state[n] for n in names)]
+    images, labels = torch.from_numpy(feed[0]), torch.from_numpy(feed[1])
+
+    def torch_step():
+        module.zero_grad()
+        torch.nn.functional.cross_entropy(module(images), labels).backward()
+
+    torch_step()
+    ratios = []
+    for _ in range(args.torch):
+        start = time.perf_counter()
+        step(*feed)
+        ours = time.perf_counter() - start
+        start = time.perf_counter()
+        torch_step()
+        ratios.append(ours / (time.perf_counter() - start))
+    return {"median": float(np.median(ratios)), "low": min(ratios), "high": max(ratios)}
 
 
 def run_child(argv: list[str], cache: str, profile: str | None) -> dict:
@@ -142,7 +186,10 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--keep", default=None)
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--torch", type=int, default=0,
+                        help="warm: time this many steps against torch's, alternately")
     parser.add_argument("--child", action="store_true")
+    parser.add_argument("--warm", action="store_true")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -153,7 +200,8 @@ def main() -> None:
         cache = args.keep or fresh
         Path(cache).mkdir(parents=True, exist_ok=True)
         rows = [("cold", run_child(argv, cache, args.profile)),
-                ("warm", run_child(argv, cache, None))]
+                ("warm", run_child([*argv, "--warm", "--torch", str(args.torch)], cache,
+                                   None))]
     print(f"{args.arch} training step, float32, {args.batch}x3x{args.image}x{args.image}, "
           f"{args.classes} classes")
     for table, what in (("wall", "wall seconds"), ("cpu", "CPU seconds (gcc's too)")):
@@ -166,6 +214,10 @@ def main() -> None:
     print(f"{cold['kernels']} kernels; cold: {cold['asked']} distinct compiled kernels, "
           f"{cold['compiled']} compiled, {cold['gcc runs']} gcc runs; warm: "
           f"{rows[1][1]['compiled']} compiled, {rows[1][1]['gcc runs']} gcc runs")
+    ratio = rows[1][1]["torch ratio"]
+    if ratio:
+        print(f"warm step / torch's, {args.torch} alternate runs: median {ratio['median']:.2f} "
+              f"(from {ratio['low']:.2f} to {ratio['high']:.2f})")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """``target="cpu"``: a plan run with its general kernels compiled to native code.
 
 The plan comes fused and grouped (``lower.plan(..., fused=True)``); each general kernel
-becomes a C function (``codegen.py``), all of them (scan steps included) in one shared
-library (``compiler.py``). Contractions stay on BLAS, scatters on the
-deterministic NumPy path (``host/scatter.py``) and views are NumPy views
-(``host/view_kernel.py``); a scan's time loop runs its compiled step program.
+becomes a C function (``codegen.py``), compiled once however many kernels of this program
+or of earlier ones have the same text up to their names (``kernel_cache.py``).
+Contractions stay on BLAS, scatters on the deterministic NumPy path (``host/scatter.py``)
+and views are NumPy views (``host/view_kernel.py``); a scan's time loop runs its compiled
+step program.
 
 Threads: ``Options.machine.threads`` (``$TEGRAD_NUM_THREADS``, default the cores this
 process may use).
@@ -45,7 +46,7 @@ class Blueprint:
     parts: list
 
     def texts(self) -> list[KernelText]:
-        """Every general kernel's C, step blueprints' included: one library."""
+        """Every general kernel's C, step blueprints' included (one ``Library``)."""
         out = []
         for part in self.parts:
             out += part.texts() if isinstance(part, Blueprint) else [part] if part else []
