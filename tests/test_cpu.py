@@ -204,6 +204,42 @@ def test_regions_of_a_column_reduction():
     np.testing.assert_allclose(f(g1, g2), want, rtol=1e-13, atol=1e-13)
 
 
+def test_regions_drop_the_where_their_range_satisfies():
+    """A bias gradient of concatenated parts whose sums carry the part's guard as their
+    ``where`` too (``sum_n G2[n, j - 24] where 0 <= j - 24``, as attention's packed input
+    bias gets it): on each range the conjunct holds everywhere, so it is dropped and each
+    part sums in column order."""
+    G1 = tg.placeholder((40, 24), "float32", "G1")
+    G2 = tg.placeholder((40, 40), "float32", "G2")
+    n1, n2 = tg.reduce_axis(40, "n1"), tg.reduce_axis(40, "n2")
+    db = tg.compute((64,), lambda j: tg.if_then_else(
+        j < 24, tg.sum(G1[n1, j], axis=n1, where=j < 24), 0.0)
+        + tg.if_then_else(j >= 24, tg.sum(G2[n2, j - 24], axis=n2, where=j - 24 >= 0), 0.0),
+        "db")
+    f = tg.build([G1, G2], db, target="cpu")
+    assert f.program.steps[-1].src.text.count("cacc[j] +=") == 2
+    rng = np.random.default_rng(10)
+    g1, g2 = (rng.standard_normal(p.shape).astype(np.float32) for p in (G1, G2))
+    np.testing.assert_allclose(f(g1, g2), np.concatenate([g1.sum(0), g2.sum(0)]), rtol=1e-5)
+
+
+def test_a_causal_softmax_output_loop_is_branch_free():
+    """``P[l, s] = select(s <= l, exp(S[l, s] - m[l]) / z[l], 0)``: the row max and sum
+    under the branch are computed once per row, outside the output loop, so the branch is
+    no guard there but a choice, and the loop vectorizes."""
+    Q = tg.placeholder((2, 64, 16), "float32", "Q")
+    Y = tg.nn.scaled_dot_product_attention(Q, Q, Q, is_causal=True)
+    f = tg.build([Q], Y, target="cpu")
+    (probs,) = [s.src.text for k, s in zip(f.program.plan.kernels, f.program.steps,
+                                            strict=True) if k.tensor.name.endswith(".probs")]
+    assert "if (t" not in probs and re.search(r"#pragma omp simd\n\s*for \(int i", probs), probs
+    torch = pytest.importorskip("torch")
+    q = np.random.default_rng(11).standard_normal(Q.shape).astype(np.float32)
+    t = torch.tensor(q)
+    want = torch.nn.functional.scaled_dot_product_attention(t, t, t, is_causal=True)
+    np.testing.assert_allclose(f(q), want.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_gate_gradients_fuse_into_the_concatenation():
     """In an LSTM's adjoint step each gate's gradient is read by one quarter of the
     concatenated gate gradient (a guarded read): counted so, they are inlined."""

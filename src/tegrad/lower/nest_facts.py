@@ -183,10 +183,18 @@ def specialized(body: Expr, v: Var, lo: int, hi: int) -> tuple[Var, Expr]:
     """A variable ranging over ``[lo, hi)`` and ``body`` with it for ``v``, every
     ``select`` condition that is constant on that range folded away (and the zeros of the
     branches dropped; a sum of a sum then becomes one sum over both axes, which a
-    column-order nest takes)."""
+    column-order nest takes), and every conjunct of a reduction's ``where`` that holds on
+    all of it dropped (a bias gradient of concatenated parts, each a sum ``where 0 <= j -
+    512``: with none left it runs in column order)."""
     w = Var.fresh(v.name, lo, hi - lo)
 
     def fold(e: Expr) -> Expr | None:
+        if isinstance(e, Reduce) and e.where is not None:  # (a region's where: no test)
+            kept = [c for c in split_conjunction(e.where) if _constant_truth(c) is not True]
+            if len(kept) < len(split_conjunction(e.where)):
+                return Reduce(e.combiner, e.source, e.axes, conjunction(kept) if kept else None,
+                              e.dtype)
+            return None
         if isinstance(e, Binary) and e.op == "add":  # a folded branch's zero
             if _is_zero(e.a) and e.b.dtype == e.dtype:
                 return e.b

@@ -28,7 +28,7 @@ import math
 from ..ir import dtype as dt
 from ..ir.bounds import interval, is_pure_index
 from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
-from ..ir.traverse import free_vars, walk
+from ..ir.traverse import children, free_vars, walk, with_children
 from ..options import Options
 from .cost import reduction_width
 from .nest import Assign, Block, BufferStore, CheckIndex, Declare, Gather, Guard, Let
@@ -219,10 +219,27 @@ class ExprLowering:
         """``e`` may be evaluated whether or not its branch is taken: it is ``eager``, or
         its reads stay in bounds and its reductions are small windows (unrolled, so the
         loop around them still vectorizes; a max pool's gradient reads its window's max
-        and tie count in the branch of the element that is the max)."""
+        and tie count in the branch of the element that is the max), the reductions that
+        code motion computes outside the current block counting as values."""
         if eager(e):
             return True
-        return self.safe(e) and reduction_width(e) <= self.options.unroll and all(
+        if not self.safe(e):
+            return False
+        # a reduction that code motion computes outside this block (a causal softmax's row
+        # max and sum, in its output loop's select(s <= l, exp(S - m) / z, 0)) is a value
+        # here, computed once per row whichever branch is taken
+        top = len(self.stack) - 1
+        outside = {r for r in walk(e) if isinstance(r, Reduce) and self.place(r) < top}
+        memo: dict = {}
+
+        def inside(x: Expr) -> Expr:  # (top-down: an outside reduction may hold another)
+            if x not in memo:
+                memo[x] = Const(0, x.dtype) if x in outside else with_children(
+                    x, tuple(inside(c) for c in children(x)))
+            return memo[x]
+
+        e = inside(e) if outside else e
+        return reduction_width(e) <= self.options.unroll and all(
             r.where is None for r in walk(e) if isinstance(r, Reduce))
 
     def clampable(self, e: Expr) -> bool:
