@@ -87,6 +87,7 @@ SETTINGS = {
     "copies": (dict(parallel_copy_elements=0, parallel_transpose_elements=0),
                dict(parallel_copy_elements=1 << 62, parallel_transpose_elements=1 << 62)),
     "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
+    "scatter": (dict(compiled_scatters=True), dict(compiled_scatters=False)),
 }
 
 
