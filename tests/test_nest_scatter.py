@@ -192,3 +192,27 @@ def test_an_embedding_row_is_one_vectorized_loop():
     text = step.src.text
     assert text.count("memset") == 1 and "#pragma omp simd" in text
     assert text.index("for (int r0") < text.index("#pragma omp simd"), text
+
+
+def test_a_scan_steps_scatter_is_compiled():
+    """``s[t] = tanh(0.8 s[t - 1, idx] + u[t])``: the adjoint's step holds a scatter
+    (repeated ids), compiled in the step program and run through its trace."""
+    T, n = 6, 5
+    u, idx = tg.placeholder((T, n), "float64", "u"), tg.placeholder((n,), "int64", "idx")
+    s = tg.placeholder((T, n), "float64", name="s")
+    init = tg.compute((1, n), lambda _, i: tg.tanh(u[0, i]), name="init")
+    step = tg.compute((T, n), lambda t, i: tg.tanh(0.8 * s[t - 1, idx[i]] + u[t, i]),
+                      name="step")
+    out = tg.scan(init, step, s, inputs=[u])
+    H = tg.placeholder(out.shape, "float64", "H")
+    outputs = [out, *tg.gradient(out, [u], H)]
+    f = tg.build([u, idx, H], outputs, target="cpu", options=_options())
+    programs = [p for p in f.program.steps if isinstance(p, type(f.program))]
+    assert any(k.kind == "scatter" and isinstance(st, CompiledKernel)
+               for p in programs for k, st in zip(p.plan.kernels, p.steps, strict=True))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((T, n)), np.array([1, 1, 0, 4, 4]), rng.standard_normal((T, n))]
+    want = tg.build([u, idx, H], outputs, target="numpy")(*args)
+    for _ in range(2):  # the second run goes through the step traces
+        for got, w in zip(f(*args), want, strict=True):
+            np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
