@@ -191,3 +191,22 @@ def test_the_same_gather_outside_the_condition_is_checked():
                                [0.0, 72.0, 12.0, 12.0, 2.0])
     with pytest.raises(IndexError, match="got value 9"):
         f(x, np.array([0, 9, 3, 3, 1]))
+
+
+def test_a_gather_under_its_guard_is_not_checked():
+    """A branch too costly to evaluate unguarded (a sum over 40 points) runs in a
+    ``Guard`` on the condition; its gather at the index the condition bounds needs no
+    check there."""
+    import numpy as np
+
+    X, idx = tg.placeholder((9, 40), "float32", "X"), tg.placeholder((30,), "int64", "idx")
+    k = tg.reduce_axis(40, "k")
+    Y = tg.compute((30,), lambda i: tg.if_then_else(
+        tg.all(idx[i] >= 0, idx[i] <= 8), tg.sum(tg.exp(X[idx[i], k]), axis=k), 0.0), name="Y")
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    assert "if (" in text and "err[0]" not in text, text
+    x = np.random.default_rng(1).standard_normal((9, 40)).astype(np.float32)
+    ids = np.array([0, 8, -1, 9, 4, -7, 100, 3] * 3 + [1] * 6)
+    np.testing.assert_allclose(tg.build([X, idx], Y, target="cpu")(x, ids),
+                               tg.build([X, idx], Y, target="numpy")(x, ids), rtol=1e-6)

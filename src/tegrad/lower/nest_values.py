@@ -15,13 +15,13 @@ vectorizes some such loops wrongly once it has unrolled a short inner loop (issu
 clamped reads are plain loads. So is a gather whose data-dependent index the select's
 condition bounds (``nest_facts.condition_bounds``: a bilinear sample's corner
 ``select(0 <= iy && iy <= h - 1 && .., x[iy, ix], 0)``): wherever the branch is taken
-the clamp changes nothing, and no check is needed; such a value is reused only where the
-same bounds hold (``relies``). A branch that holds a reduction with a ``where`` or over
-more than ``Options.unroll`` points, or a gather no condition bounds (whose index is
-checked), is evaluated in a ``Guard``, and nothing inside it moves above it: such a read
-is never evaluated outside the guards that the verifier proved keep it in bounds. Indices
-read from integer tensors are checked on every read (``CheckIndex``); the first bad one
-is reported.
+the clamp changes nothing, and no check is needed (nor in a ``Guard`` on such a
+condition); such a value is reused only where the same bounds hold (``relies``). A
+branch that holds a reduction with a ``where`` or over more than ``Options.unroll``
+points, or a gather no condition bounds (whose index is checked), is evaluated in a
+``Guard``, and nothing inside it moves above it: such a read is never evaluated outside
+the guards that the verifier proved keep it in bounds. Indices read from integer tensors
+are checked on every read (``CheckIndex``); the first bad one is reported.
 
 Reductions are the subclass's (``nest_reduce.ReduceLowering.reduce``).
 """
@@ -61,7 +61,7 @@ class ExprLowering:
         self.written: set = set()  # buffers some emitted loop writes
         self.safe_memo: dict = {}
         self.clamping = False  # reads at clamped indices (a branch-free select's branch)
-        self.proven: dict = {}  # clamping: indices the enclosing selects' conditions bound
+        self.proven: dict = {}  # indices the enclosing selects' conditions bound
         self.relies: dict = {}  # value -> the proven indices its computation clamped
         self.reductions: list = []  # the body's reductions, candidates for sharing a loop
         self.root = Block()
@@ -151,19 +151,20 @@ class ExprLowering:
             self.stack = saved
         self.memo[e] = (name, self.stack[k])
         self.relies.pop(e, None)
-        if self.clamping and self.proven:
+        if self.proven:
             used = {(widened(i), n) for x in walk(e) if isinstance(x, Read)
                     for i, n in zip(x.indices, x.tensor.shape, strict=True)
-                    if not is_pure_index(i)}
+                    if not is_pure_index(i) and self.bounded(i, n)}
             if used:
                 self.relies[e] = used
         return name
 
     def still_proven(self, e: Expr) -> bool:
-        """A value computed at indices clamped on the strength of enclosing conditions
-        (``relies``) is reused only where the same indices are proven."""
+        """A value computed with gathers at indices clamped (unchecked) on the strength
+        of enclosing conditions (``relies``) is reused only where the same indices are
+        proven."""
         used = self.relies.get(e)
-        return used is None or self.clamping and all(self.bounded(i, n) for i, n in used)
+        return used is None or all(self.bounded(i, n) for i, n in used)
 
     def reduce(self, e: Reduce) -> Ref:
         """A reduction's loops, where it is placed (``nest_reduce.ReduceLowering``)."""
@@ -193,7 +194,7 @@ class ExprLowering:
         for axis, index in enumerate(e.indices):
             ix = self.value(index)
             clamp = None
-            if not is_pure_index(index) and self.clamping and self.bounded(index, shape[axis]):
+            if not is_pure_index(index) and self.bounded(index, shape[axis]):
                 clamp = shape[axis] - 1  # (in bounds wherever the branch is taken)
             elif not is_pure_index(index):
                 checked = self.fresh("ix")
@@ -233,7 +234,13 @@ class ExprLowering:
         for negate, branch in branches:
             block = Guard(conds=(cond,), negate=negate)
             self.stack.append(block)
-            block.items.append(Assign(name, self.value(branch)))
+            saved = self.proven
+            if not negate:  # (inside, the condition holds: its bounds too)
+                self.proven = _both(self.proven, proven)
+            try:
+                block.items.append(Assign(name, self.value(branch)))
+            finally:
+                self.proven = saved
             self.stack.pop()
             here.items.append(block)
         return Ref(name)
