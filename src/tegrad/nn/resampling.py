@@ -316,7 +316,7 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros",  # noqa: A00
             n, c, cast(tround(sy[n, h, w]), "int64"), cast(tround(sx[n, h, w]), "int64")),
             name=name)
 
-    def tap(n, h, w, a, b):
+    def tap(n, a, b, h, w):
         fx, fy = sx[n, h, w], sy[n, h, w]
         wx, wy = fx - floor(fx), fy - floor(fy)
         return if_then_else(equal(a, 0), 1.0 - wy, wy) * if_then_else(equal(b, 0), 1.0 - wx, wx)
@@ -325,13 +325,13 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros",  # noqa: A00
     # theirs, one sum over the channels per corner, shared by both coordinates (weights
     # written inline, each coordinate summed the channels at every corner again: 5x
     # slower at 8 x 64 x 56^2)
-    weights = compute((*at, 2, 2), tap, name=f"{name}.weights")
+    weights = compute((batch, 2, 2, *at[1:]), tap, name=f"{name}.weights")
 
     def body(n, c, h, w):
         ix, iy = cast(floor(sx[n, h, w]), "int64"), cast(floor(sy[n, h, w]), "int64")
         # the four corners as one sum over (a, b): the input gradient is then one
         # scatter-add, which lower/ runs in one pass (a sum of four would not be matched)
         a, b = reduce_axis(2, name="a"), reduce_axis(2, name="b")
-        return tsum(weights[n, h, w, a, b] * pixel(n, c, iy + a, ix + b), axis=[a, b])
+        return tsum(weights[n, a, b, h, w] * pixel(n, c, iy + a, ix + b), axis=[a, b])
 
     return compute((batch, channels, *at[1:]), body, name=name)
