@@ -216,3 +216,38 @@ def test_a_scan_steps_scatter_is_compiled():
     for _ in range(2):  # the second run goes through the step traces
         for got, w in zip(f(*args), want, strict=True):
             np.testing.assert_allclose(got, w, rtol=1e-12, atol=1e-12)
+
+
+def test_a_plane_owner_zeroes_its_own_plane():
+    """grid_sample's input gradient is shared out by (n, c) planes, the leading output
+    dimensions: each iteration zeroes its plane before adding to it (one parallel loop,
+    no zeroing pass of its own)."""
+    f, *_ = _program("grid_sample bilinear zeros", "float32", _options())
+    ((_, step),) = _scatter_steps(f)
+    text = step.src.text
+    assert "memset(a0 + f * 30L, 0, 30L * sizeof(float));" in text, text
+    assert text.count("#pragma omp parallel for") == 1
+
+
+def test_the_scatter_tree_holds_no_target_text():
+    """As a general kernel's (test_nest.py): nest nodes only, every string a name."""
+    import dataclasses
+
+    from tegrad.lower import nest, nest_forms
+    from tegrad.lower.nest_scatter import scatter_nest
+
+    def walk(x):
+        if isinstance(x, list | tuple):
+            for y in x:
+                yield from walk(y)
+        elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+            yield x
+            for fd in dataclasses.fields(x):
+                yield from walk(getattr(x, fd.name))
+
+    for case in CASES:
+        f, *_ = _program(case, "float32", _options())
+        for kernel, _ in _scatter_steps(f):
+            tree = scatter_nest(kernel.tensor, kernel.scatter, "k0", _options())
+            for node in walk(tree.body):
+                assert type(node).__module__ in (nest.__name__, nest_forms.__name__), node

@@ -92,12 +92,14 @@ class Store:
 class ZeroFill:
     """Kernel argument ``arg`` (``size`` elements) set to zero, in pieces of ``piece``
     elements shared out over threads (0: at once, by one thread): a scatter's output,
-    before its addends."""
+    before its addends. ``slab``: in a parallel loop's iteration ``f``, only its own
+    ``size`` elements from ``f * size`` on."""
 
     arg: int
     dtype: str
     size: int
     piece: int = 0
+    slab: bool = False
 
 
 @dataclass(frozen=True, slots=True)

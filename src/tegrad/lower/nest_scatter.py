@@ -31,7 +31,13 @@ no guard uses is innermost, contiguous in the output and vectorized (an embeddin
 since no two of its iterations add to the same element. Values are placed by code motion
 (``nest_values.py``): a target is computed once per point of the axes it uses.
 
-Known limits: the output is zeroed whole before the addends (as torch's ``zeros`` then
+**Zeroing.** Where the parallel loop runs over the leading output dimensions (``n, c`` of
+the sample's gradient, the rows of a ``gather`` along the last), each iteration owns a
+contiguous slab of the output and zeroes it first (``ZeroFill.slab``): no pass of its
+own, and the slab is in cache for its addends. Otherwise (an embedding's chunks of
+columns) the output is zeroed whole first, in pieces shared out over threads.
+
+Known limits: the output is zeroed before the addends (as torch's ``zeros`` then
 ``index_add_``), not written once per touched row; a scatter with no free axis is serial.
 """
 
@@ -97,8 +103,10 @@ class ScatterNestBuilder(ReduceLowering):
         size = math.prod(shape)
         work = math.prod(v.extent for v in s.grid) * work_per_point(self.value_expr)
         parallel = work >= self.options.parallel_work
-        self.root.items.append(ZeroFill(0, s.dtype, size, ZERO_PIECE if (
-            parallel or size >= self.options.parallel_work) else 0))
+        slab = bool(outer) and inner is None and outer == list(s.out_index[:len(outer)])
+        if not slab:  # (else each iteration zeroes the part it owns, just before)
+            self.root.items.append(ZeroFill(0, s.dtype, size, ZERO_PIECE if (
+                parallel or size >= self.options.parallel_work) else 0))
         blocks: list[Block] = []
         if outer or inner is not None:
             chunks = -(-shape[-1] // COLUMN_CHUNK) if inner is not None else 0
@@ -109,6 +117,9 @@ class ScatterNestBuilder(ReduceLowering):
                                                   (v.lo for v in outer), strict=True)),
                                    chunks=chunks, chunk=COLUMN_CHUNK if chunks else 0,
                                    columns=shape[-1] if chunks else 0))
+            if slab:
+                blocks[0].items.append(ZeroFill(0, s.dtype, math.prod(shape[len(outer):]),
+                                                slab=True))
         unrolled = _unrolled_tail(axes, self.options.unroll)
         self.stack.extend(blocks)
         self._guards(outer, -1, axes)

@@ -169,6 +169,8 @@ class CDialect:
 
     def visit_ZeroFill(self, s: n.ZeroFill) -> list[str]:
         size = f"sizeof({self.types[s.dtype]})"
+        if s.slab:
+            return [f"memset(a{s.arg} + f * {s.size}L, 0, {s.size}L * {size});"]
         if not s.piece:
             return [f"memset(a{s.arg}, 0, {s.size}L * {size});"]
         pieces = -(-s.size // s.piece)
