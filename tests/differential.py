@@ -16,9 +16,12 @@ real operators chain and that the compiled target's passes treat specially:
   axis or one tested per point; over two axes listed inner first; sums over a channel's
   group, read per residue), softmax and log-sum-exp chains (as one compute or as
   four), products (contractions), gathers through an integer index tensor (also inside
-  a select, with ids of -1 left out), a class picked by a one-hot ``where`` (``k ==
-  t[o]``), a 0-d sum through ids read under a guard, attention's product over heads,
-  and scans (recurrences over the first axis);
+  a select, with ids of -1 left out; ids often repeated; a row's own ids as in
+  ``torch.gather``; the flattened tensor's as in ``torch.take``), linear interpolation
+  at positions read from a float input (a ``grid_sample``'s two corners, read under a
+  condition that bounds them), a class picked by a one-hot ``where`` (``k == t[o]``), a
+  0-d sum through ids read under a guard, attention's product over heads, and scans
+  (recurrences over the first axis);
 * float64 and float32, at small odd shapes (every dimension 1-7).
 
 ``compare(seed, settings)`` builds the program's outputs (its last tensor, an
@@ -99,6 +102,7 @@ SETTINGS = {
     "views": (dict(views=True), dict(views=False)),
     "value_bounds": (dict(value_bounds=True), dict(value_bounds=False)),
     "order_reductions": (dict(order_reductions=True), dict(order_reductions=False)),
+    "scatter": (dict(compiled_scatters=True), dict(compiled_scatters=False)),
 }
 
 
@@ -552,9 +556,67 @@ class _Builder:
         count = self.dim()
         if math.prod(u.shape) // n * count > MAX_SIZE:
             count = 1
-        ids = self.rng.integers(0, n, count).astype("int64")
+        ids = self.ids(n, count)
         idx = self.placeholder((count,), "int64", ids)
         return self.remap(u, axis, count, lambda v: idx[v], "gather")
+
+    def ids(self, n: int, shape, low: int = 0) -> np.ndarray:
+        """int64 ids in ``[low, n)``; often drawn from a few values only, so that their
+        gradient's scatter adds several addends to one element."""
+        high = n if self.rng.random() < 0.5 else min(n, max(low + 1, 2))
+        return self.rng.integers(low, high, shape).astype("int64")
+
+    def step_row_gather(self):
+        """``torch.gather`` along an axis: ``out[i] = u[.., idx[i], ..]``, the index
+        tensor shaped like the output (each row its own ids: the scatter's target
+        depends on the free axes too)."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        count = self.dim()
+        shape = u.shape[:axis] + (count,) + u.shape[axis + 1:]
+        if math.prod(shape) > MAX_SIZE:
+            shape = u.shape[:axis] + (1,) + u.shape[axis + 1:]
+        idx = self.placeholder(shape, "int64", self.ids(n, shape))
+        return self.made(tg.nn.gather(u, axis, idx), "along_gather")
+
+    def step_take(self):
+        """``torch.take``: elements of the flattened ``u`` (every dimension of the
+        gradient's scatter pinned: it runs on one thread)."""
+        u = self.source()
+        shape = self.shape(int(self.rng.integers(1, 3)))
+        idx = self.placeholder(shape, "int64", self.ids(max(1, math.prod(u.shape)), shape))
+        return self.made(tg.nn.take(u, idx), "take")
+
+    def step_sample(self):
+        """Linear interpolation along an axis at positions read from a float input (a
+        ``grid_sample``): the two corners ``floor(p) + a`` read where they lie inside,
+        under a condition that bounds the gathered index; the gradient of ``u`` is a
+        scatter of both corners, that of the positions a gather."""
+        u = self.source()
+        if not u.shape:
+            return self.step_unary()
+        axis = self.axis_of(u)
+        n = u.shape[axis]
+        count = self.dim()
+        if math.prod(u.shape) // n * count > MAX_SIZE:
+            count = 1
+        where = self.rng.uniform(-1.5, n + 0.5, count).astype(self.p.dtype)
+        pos = self.placeholder((count,), values=where)
+        shape = u.shape[:axis] + (count,) + u.shape[axis + 1:]
+
+        def body(*i):
+            p = pos[i[axis]]
+            a = tg.reduce_axis(2)
+            at = tg.cast(tg.floor(p), "int64") + a
+            frac = p - tg.floor(p)
+            weight = tg.if_then_else(tg.equal(a, 0), 1.0 - frac, frac)
+            read = u[i[:axis] + (at,) + i[axis + 1:]]
+            return tg.sum(weight * tg.if_then_else(tg.all(at >= 0, at <= n - 1), read, 0.0),
+                          axis=a)
+        return self.compute(shape, body, "sample")
 
     def step_guarded_gather(self):
         """Rows picked by ids of which some are -1, read only where the id is valid (a loss's
@@ -567,8 +629,7 @@ class _Builder:
         count = self.dim()
         if math.prod(u.shape) // n * count > MAX_SIZE:
             count = 1
-        ids = self.rng.integers(-1, n, count).astype("int64")
-        idx = self.placeholder((count,), "int64", ids)
+        idx = self.placeholder((count,), "int64", self.ids(n, count, low=-1))
         shape = u.shape[:axis] + (count,) + u.shape[axis + 1:]
 
         def body(*i):
@@ -722,7 +783,8 @@ class _Builder:
              "slice", "strided", "flip", "upsample", "clamp", "transpose", "transpose",
              "select", "reduce", "reduce", "softmax", "window", "matmul", "gather", "scan",
              "guarded_gather", "masked_sum", "reshape", "reshape", "expand", "index",
-             "pick", "ids_total", "heads", "reduce_axes", "group_sums")
+             "pick", "ids_total", "heads", "reduce_axes", "group_sums", "row_gather", "take",
+             "sample")
 
     def build(self) -> Program:
         self.placeholder(self.shape())

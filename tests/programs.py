@@ -7,7 +7,9 @@ Bodies mix:
 
 * reads with affine index maps (stride, offset, flip ``n-1-i``, transposes, broadcast,
   two-variable windows ``i + k``), ``//`` and ``%`` (upsampling, tiling) and clamps
-  (``min(max(e, 0), n-1)``); a read whose index can leave its tensor is guarded,
+  (``min(max(e, 0), n-1)``), and gathers ``X[ids[i]]`` / ``X[ids[i, j]]`` through a table
+  of integer ids (an int64 compute of constants: ids repeated, -1 and past the end among
+  them; the gradient is a scatter-add); a read whose index can leave its tensor is guarded,
   padding-style ``if_then_else(all(0 <= e, e < n), X[e], 0.0)``, or wrapped/clamped,
   or (in window reductions) guarded by the reduction's ``where``;
 * reductions (sum/max/min/prod, with and without ``where``, nested in elementwise
@@ -34,6 +36,7 @@ import tegrad as tg
 MAX_DIM = 5
 MAX_TENSOR_SIZE = 40  # elements per tensor; keeps scatter-form gradients cheap
 PAD_VALUES = (0.0, 0.5, -1.0)
+_ID_TABLES = itertools.count()  # names of the id tables made
 CONSTANTS = (0.5, -1.25, 2.0, 1.0, -0.75)
 
 
@@ -99,6 +102,25 @@ def ix_floordiv(x: Ix, s: int) -> Ix:
 
 def ix_mod(x: Ix, m: int) -> Ix:
     return Ix(x.expr % m, lambda env, f=x.fn: f(env) % m, x.vars)
+
+
+def ix_gather(table: dict, vars_: tuple, name: str) -> Ix:
+    """``ids[v - lo, ..]`` of an int64 compute holding ``table`` (a point of ``vars_``'
+    domains -> an id): a data-dependent index, whose gradient is a scatter-add."""
+    shape = tuple(len(_dom(v)) for v in vars_)
+    points = list(table.items())
+
+    def body(*i):
+        flat = 0
+        for axis, n in zip(i, shape, strict=True):
+            flat = flat * n + axis
+        value = tg.const(points[-1][1], "int64")
+        for k in range(len(points) - 2, -1, -1):
+            value = tg.if_then_else(tg.equal(flat, k), tg.const(points[k][1], "int64"), value)
+        return value
+    ids = tg.compute(shape, body, name=name)
+    read = ids[tuple(v - v.dom[0] if v.dom[0] else v for v in vars_)]
+    return Ix(read, lambda env: table[tuple(env[v] for v in vars_)], vars_)
 
 
 def ix_clamp(x: Ix, n: int) -> Ix:
@@ -174,10 +196,16 @@ class _Gen:
         if not scope:
             return ix_const(self.integer(0, n - 1))
         kind = self.pick(["var", "affine", "const", "flip", "window", "upsample", "tile",
-                          "strided_div"])
+                          "strided_div", "gather"])
         v = ix_var(self.pick(scope))
         if kind == "var":
             return v
+        if kind == "gather":
+            vars_ = tuple(dict.fromkeys([v.expr, self.pick(scope)] if self.flag() else [v.expr]))
+            high = self.pick([n, 1])  # often a few ids only: repeated
+            table = {point: self.integer(-1, high) for point in
+                     itertools.product(*(_dom(w) for w in vars_))}
+            return ix_gather(table, vars_, f"ids{next(_ID_TABLES)}")
         if kind == "affine":
             return ix_affine(v, self.integer(1, 3), self.integer(-2, 2))
         if kind == "const":

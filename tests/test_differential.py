@@ -74,7 +74,7 @@ def test_the_generator_builds_every_step():
     for step in ("unary", "reads", "binary", "pad", "concat", "slice", "rows", "flip",
                  "upsample", "tile", "clamp", "transpose", "select", "reduce", "softmax",
                  "window", "matmul", "gather", "scan", "logsumexp", "max", "exp", "guarded",
-                 "masked"):
+                 "masked", "along", "take", "sample"):
         assert any(s.startswith(step) for s in seen), step
 
 

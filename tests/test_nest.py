@@ -130,3 +130,83 @@ def test_the_options_passed_shape_the_text(field, value, present):
         for_changed.append(KernelSource(t, body_of, "k0", also, columns, options=changed).text)
     assert any(present in text for text in for_default)
     assert not any(present in text for text in for_changed)
+
+
+# guarded gathers: a data-dependent index the select's condition bounds -----------------
+
+
+def _bounded_gather(low_only: bool = False):
+    """``Y[i, j] = idx[i] in [0, 9) ? X[idx[i], j] : 0`` (a bilinear sample's corner), or
+    with only ``0 <= idx[i]`` tested (``low_only``: the index may still leave ``X``)."""
+    X, idx = tg.placeholder((9, 40), "float32", "X"), tg.placeholder((30,), "int64", "idx")
+
+    def body(i, j):
+        inside = idx[i] >= 0 if low_only else tg.all(idx[i] >= 0, idx[i] <= 8)
+        return tg.if_then_else(inside, tg.tanh(X[idx[i], j]), 0.0)
+    return [X, idx], tg.compute((30, 40), body, name="Y")
+
+
+def test_a_gather_its_condition_bounds_is_clamped_and_vectorized():
+    """No index check is left (the condition keeps the read in ``X`` wherever it is
+    taken), so the row loop vectorizes; ids outside give the select's other value."""
+    import numpy as np
+
+    inputs, Y = _bounded_gather()
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    assert "err[0]" not in text and "#pragma omp simd" in text and "tg_imin" in text, text
+    f = tg.build(inputs, Y, target="cpu")
+    x = np.random.default_rng(0).standard_normal((9, 40)).astype(np.float32)
+    ids = np.array([0, 8, -1, 9, 4, -7, 100, 3] * 3 + [1] * 6)
+    want = tg.build(inputs, Y, target="numpy")(x, ids)
+    np.testing.assert_allclose(f(x, ids), want, rtol=1e-6)
+    assert not want[2].any() and not want[3].any()
+
+
+def test_a_gather_bounded_on_one_side_keeps_its_check():
+    import numpy as np
+
+    inputs, Y = _bounded_gather(low_only=True)
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    assert "err[0]" in text
+    f = tg.build(inputs, Y, target="cpu")
+    with pytest.raises(IndexError, match="got value 9"):
+        f(np.ones((9, 40), np.float32), np.array([1, 9] + [0] * 28))
+
+
+def test_the_same_gather_outside_the_condition_is_checked():
+    """A read clamped under a condition is not reused where no condition bounds it."""
+    import numpy as np
+
+    X, idx = tg.placeholder((9,), "float64", "X"), tg.placeholder((5,), "int64", "idx")
+
+    def body(i):
+        read = X[idx[i]]
+        return tg.if_then_else(tg.all(idx[i] >= 0, idx[i] < 9), read, 0.0) + read * read
+    Y = tg.compute((5,), body, name="Y")
+    f = tg.build([X, idx], Y, target="cpu")
+    x = np.arange(9.0)
+    np.testing.assert_allclose(f(x, np.array([0, 8, 3, 3, 1])),
+                               [0.0, 72.0, 12.0, 12.0, 2.0])
+    with pytest.raises(IndexError, match="got value 9"):
+        f(x, np.array([0, 9, 3, 3, 1]))
+
+
+def test_a_gather_under_its_guard_is_not_checked():
+    """A branch too costly to evaluate unguarded (a sum over 40 points) runs in a
+    ``Guard`` on the condition; its gather at the index the condition bounds needs no
+    check there."""
+    import numpy as np
+
+    X, idx = tg.placeholder((9, 40), "float32", "X"), tg.placeholder((30,), "int64", "idx")
+    k = tg.reduce_axis(40, "k")
+    Y = tg.compute((30,), lambda i: tg.if_then_else(
+        tg.all(idx[i] >= 0, idx[i] <= 8), tg.sum(tg.exp(X[idx[i], k]), axis=k), 0.0), name="Y")
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    assert "if (" in text and "err[0]" not in text, text
+    x = np.random.default_rng(1).standard_normal((9, 40)).astype(np.float32)
+    ids = np.array([0, 8, -1, 9, 4, -7, 100, 3] * 3 + [1] * 6)
+    np.testing.assert_allclose(tg.build([X, idx], Y, target="cpu")(x, ids),
+                               tg.build([X, idx], Y, target="numpy")(x, ids), rtol=1e-6)

@@ -89,6 +89,30 @@ class Store:
 
 
 @dataclass(frozen=True, slots=True)
+class ZeroFill:
+    """Kernel argument ``arg`` (``size`` elements) set to zero, in pieces of ``piece``
+    elements shared out over threads (0: at once, by one thread): a scatter's output,
+    before its addends. ``slab``: in a parallel loop's iteration ``f``, only its own
+    ``size`` elements from ``f * size`` on."""
+
+    arg: int
+    dtype: str
+    size: int
+    piece: int = 0
+    slab: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AddAt:
+    """Kernel argument ``arg`` at the flat offset ``index`` (an operand) gets ``value``
+    added: a scatter's addend (``nest_scatter.py``)."""
+
+    arg: int
+    index: Operand
+    value: Operand
+
+
+@dataclass(frozen=True, slots=True)
 class RowBuffer:
     """A row cache of ``length`` elements; ``row``: the output's own row at that offset
     of argument 0, else a buffer of its own (``row_cache.py``)."""

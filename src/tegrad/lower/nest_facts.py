@@ -3,6 +3,7 @@
 ``unshadow``         fresh axes for a reduction that rebinds a variable bound around it
 ``eager``            may be evaluated unguarded (no reduction, every read in bounds)
 ``reads_in_bounds``  every affine read stays in its tensor over its variables' ranges
+``condition_bounds`` the integer expressions a condition bounds (a guarded gather's index)
 ``column_order``     a reduction along the outer dimension of contiguous reads
 ``regions``          ranges of the last axis on which every guard on it is constant
 ``specialized``      the body on one such range, its guards folded
@@ -16,10 +17,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from ..ir import dtype as dt
 from ..ir.affine import linearize, single_bound
 from ..ir.bounds import interval, is_pure_index
 from ..ir.expr import (
     Binary,
+    Cast,
     Const,
     Expr,
     Read,
@@ -147,6 +152,46 @@ def index_in_bounds(index: Expr, n: int) -> bool:
     iv = interval(index)
     return iv is not None and iv[0] is not None and iv[1] is not None and 0 <= iv[0] \
         and iv[1] < n
+
+
+def condition_bounds(cond: Expr) -> dict:
+    """``{e: (lo, hi)}``: the integer expressions ``e`` that ``cond`` bounds, holding only
+    where ``lo <= e <= hi`` (None: that side unbounded), read off its conjuncts ``k <= e``,
+    ``e < k``, ``not (e < k)``, ... with ``k`` a constant. A bilinear sample reads
+    ``x[iy, ix]`` under ``0 <= iy, iy <= h - 1, 0 <= ix, ix <= w - 1``: its data-dependent
+    indices are in bounds wherever the read is taken."""
+    found: dict = {}
+    for c in split_conjunction(cond):
+        negated = isinstance(c, Unary) and c.op == "not"
+        test = c.a if negated else c
+        if not (isinstance(test, Binary) and test.op in ("lt", "le")):
+            continue
+        strict = test.op == "lt"
+        for k, e, e_above in ((test.a, test.b, True), (test.b, test.a, False)):
+            if not isinstance(k, Const) or isinstance(e, Const) or not dt.is_int(e.dtype):
+                continue
+            e, k = widened(e), int(k.value)
+            # e_above: k < e (k <= e); negated it is e <= k (e < k); likewise below
+            above = e_above != negated
+            step = (1 if strict else 0) if not negated else (0 if strict else 1)
+            lo, hi = found.get(e, (None, None))
+            if above:
+                bound = k + step
+                lo = bound if lo is None else max(lo, bound)
+            else:
+                bound = k - step
+                hi = bound if hi is None else min(hi, bound)
+            found[e] = (lo, hi)
+    return found
+
+
+def widened(e: Expr) -> Expr:
+    """``e`` without the casts that widen an integer (``int64(i)`` of an int32 ``i``): the
+    same value."""
+    while (isinstance(e, Cast) and dt.is_int(e.dtype) and dt.is_int(e.a.dtype)
+           and np.dtype(e.dtype).itemsize >= np.dtype(e.a.dtype).itemsize):
+        e = e.a
+    return e
 
 
 def regions(body: Expr, v: Var, n: int, max_regions: int) -> list[tuple[int, int]] | None:

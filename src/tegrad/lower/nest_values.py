@@ -12,11 +12,16 @@ condition is false (a padding's ``select(1 <= i, U[i - 1, j], 0)``) is branch-fr
 its reads at indices clamped into the tensor (``clampable``): the value read there is
 discarded. Compilers if-convert a guarded load into a masked load, and gcc 12.2
 vectorizes some such loops wrongly once it has unrolled a short inner loop (issue 27);
-clamped reads are plain loads. A branch that holds a reduction with a ``where`` or over
-more than ``Options.unroll`` points, or a gather (whose index is checked), is evaluated
-in a ``Guard``, and nothing inside it moves above it: such a read is never evaluated
-outside the guards that the verifier proved keep it in bounds. Indices read from integer
-tensors are checked on every read (``CheckIndex``); the first bad one is reported.
+clamped reads are plain loads. So is a gather whose data-dependent index the select's
+condition bounds (``nest_facts.condition_bounds``: a bilinear sample's corner
+``select(0 <= iy && iy <= h - 1 && .., x[iy, ix], 0)``): wherever the branch is taken
+the clamp changes nothing, and no check is needed (nor in a ``Guard`` on such a
+condition); such a value is reused only where the same bounds hold (``relies``). A
+branch that holds a reduction with a ``where`` or over more than ``Options.unroll``
+points, or a gather no condition bounds (whose index is checked), is evaluated in a
+``Guard``, and nothing inside it moves above it: such a read is never evaluated outside
+the guards that the verifier proved keep it in bounds. Indices read from integer tensors
+are checked on every read (``CheckIndex``); the first bad one is reported.
 
 Reductions are the subclass's (``nest_reduce.ReduceLowering.reduce``).
 """
@@ -32,7 +37,7 @@ from ..ir.traverse import children, free_vars, walk, with_children
 from ..options import Options
 from .cost import reduction_width
 from .nest import Assign, Block, BufferStore, CheckIndex, Declare, Gather, Guard, Let
-from .nest_facts import eager, index_in_bounds, reads_in_bounds
+from .nest_facts import condition_bounds, eager, index_in_bounds, reads_in_bounds, widened
 from .nest_forms import Apply, BufferLoad, Choose, IndexTerm, Lit, Load, Operand, Ref
 
 
@@ -56,6 +61,8 @@ class ExprLowering:
         self.written: set = set()  # buffers some emitted loop writes
         self.safe_memo: dict = {}
         self.clamping = False  # reads at clamped indices (a branch-free select's branch)
+        self.proven: dict = {}  # indices the enclosing selects' conditions bound
+        self.relies: dict = {}  # value -> the proven indices its computation clamped
         self.reductions: list = []  # the body's reductions, candidates for sharing a loop
         self.root = Block()
         self.stack: list[Block] = [self.root]
@@ -120,7 +127,7 @@ class ExprLowering:
         if isinstance(e, Var):
             return Ref(self.var(e))
         hit = self.memo.get(e)
-        if hit is not None and any(hit[1] is b for b in self.stack):
+        if hit is not None and any(hit[1] is b for b in self.stack) and self.still_proven(e):
             return hit[0]
         k = self.place(e)
         saved, self.stack = self.stack, self.stack[: k + 1]
@@ -143,7 +150,21 @@ class ExprLowering:
         finally:
             self.stack = saved
         self.memo[e] = (name, self.stack[k])
+        self.relies.pop(e, None)
+        if self.proven:
+            used = {(widened(i), n) for x in walk(e) if isinstance(x, Read)
+                    for i, n in zip(x.indices, x.tensor.shape, strict=True)
+                    if not is_pure_index(i) and self.bounded(i, n)}
+            if used:
+                self.relies[e] = used
         return name
+
+    def still_proven(self, e: Expr) -> bool:
+        """A value computed with gathers at indices clamped (unchecked) on the strength
+        of enclosing conditions (``relies``) is reused only where the same indices are
+        proven."""
+        used = self.relies.get(e)
+        return used is None or all(self.bounded(i, n) for i, n in used)
 
     def reduce(self, e: Reduce) -> Ref:
         """A reduction's loops, where it is placed (``nest_reduce.ReduceLowering``)."""
@@ -173,7 +194,9 @@ class ExprLowering:
         for axis, index in enumerate(e.indices):
             ix = self.value(index)
             clamp = None
-            if not is_pure_index(index):
+            if not is_pure_index(index) and self.bounded(index, shape[axis]):
+                clamp = shape[axis] - 1  # (in bounds wherever the branch is taken)
+            elif not is_pure_index(index):
                 checked = self.fresh("ix")
                 self.gathers.append(Gather(e.tensor.name, axis, repr(index), shape[axis]))
                 self.has_check = True
@@ -189,13 +212,14 @@ class ExprLowering:
 
     def select(self, e: Select) -> Ref:
         cond = self.value(e.cond)
+        proven = condition_bounds(e.cond)
         if self.unguarded(e.a) and self.unguarded(e.b):
-            a = self.value(e.a)
+            a = self.branch(e.a, proven)
             return self.emit(e, Choose(cond, a, self.value(e.b)))
-        if self.clampable(e.a) and self.clampable(e.b):
+        if self.clampable(e.a, proven) and self.clampable(e.b):
             saved, self.clamping = self.clamping, True
             try:
-                a, b = self.value(e.a), self.value(e.b)
+                a, b = self.branch(e.a, proven), self.value(e.b)
             finally:
                 self.clamping = saved
             return self.emit(e, Choose(cond, a, b))
@@ -210,7 +234,13 @@ class ExprLowering:
         for negate, branch in branches:
             block = Guard(conds=(cond,), negate=negate)
             self.stack.append(block)
-            block.items.append(Assign(name, self.value(branch)))
+            saved = self.proven
+            if not negate:  # (inside, the condition holds: its bounds too)
+                self.proven = _both(self.proven, proven)
+            try:
+                block.items.append(Assign(name, self.value(branch)))
+            finally:
+                self.proven = saved
             self.stack.pop()
             here.items.append(block)
         return Ref(name)
@@ -242,17 +272,59 @@ class ExprLowering:
         return reduction_width(e) <= self.options.unroll and all(
             r.where is None for r in walk(e) if isinstance(r, Reduce))
 
-    def clampable(self, e: Expr) -> bool:
+    def branch(self, e: Expr, proven: dict) -> Operand:
+        """The taken branch ``e`` of a select whose condition bounds the indices
+        ``proven`` (``nest_facts.condition_bounds``): while clamping, its gathers at those
+        indices read at clamped ones (no check: the clamp changes nothing wherever the
+        branch is taken)."""
+        if not (self.clamping and proven):
+            return self.value(e)
+        saved, self.proven = self.proven, _both(self.proven, proven)
+        try:
+            return self.value(e)
+        finally:
+            self.proven = saved
+
+    def bounded(self, index: Expr, n: int, proven: dict | None = None) -> bool:
+        """``index`` is one the enclosing conditions keep in ``[0, n)``."""
+        lo, hi = (self.proven if proven is None else proven).get(widened(index), (None, None))
+        return lo is not None and hi is not None and 0 <= lo and hi < n
+
+    def clampable(self, e: Expr, proven: dict | None = None) -> bool:
         """``e`` may be evaluated branch-free with its reads at indices clamped into their
-        tensors (the value is discarded where they would leave it): its reads are affine
-        (a gather's index is checked, so it stays in its branch) and its reductions small
-        windows without a ``where``. A padding's read ``select(0 <= i - 1, U[i - 1], 0)``
-        is then no branch (see the module header)."""
+        tensors (the value is discarded where they would leave it): its reads are affine,
+        or gathers at indices that the conditions of the selects they sit in bound
+        (``proven``: those of the select of which ``e`` is the taken branch), and its
+        reductions are small windows without a ``where``. A padding's read ``select(0 <=
+        i - 1, U[i - 1], 0)`` is then no branch (see the module header), nor a bilinear
+        sample's ``select(0 <= iy && iy <= h - 1 && .., x[iy, ix], 0)``; a gather no
+        condition bounds keeps its check, in its branch."""
         nodes = walk(e)
         reduces = [x for x in nodes if isinstance(x, Reduce)]
-        return (not reduces or reduction_width(e) <= self.options.unroll) and all(
-            r.where is None for r in reduces) and all(
-            all(is_pure_index(i) for i in x.indices) for x in nodes if isinstance(x, Read))
+        if reduces and reduction_width(e) > self.options.unroll or any(
+                r.where is not None for r in reduces):
+            return False
+        start = _both(self.proven, proven or {}) if self.clamping else proven or {}
+        seen: dict = {}
+
+        def reads_clamp(x: Expr, known: dict) -> bool:
+            key = (x, frozenset(known.items()))
+            if key not in seen:
+                seen[key] = _reads_clamp(x, known)
+            return seen[key]
+
+        def _reads_clamp(x: Expr, known: dict) -> bool:
+            if isinstance(x, Select):
+                inside = _both(known, condition_bounds(x.cond))
+                return (reads_clamp(x.cond, known) and reads_clamp(x.a, inside)
+                        and reads_clamp(x.b, known))
+            if isinstance(x, Read) and not all(
+                    is_pure_index(i) or self.bounded(i, n, known)
+                    for i, n in zip(x.indices, x.tensor.shape, strict=True)):
+                return False
+            return all(reads_clamp(c, known) for c in children(x))
+
+        return reads_clamp(e, start)
 
 
 def _truncation_is_floor(e: Binary) -> bool:
@@ -264,3 +336,13 @@ def _truncation_is_floor(e: Binary) -> bool:
         return False
     iv = interval(e.a)
     return iv is not None and iv[0] is not None and iv[0] >= 0
+
+
+def _both(outer: dict, inner: dict) -> dict:
+    """The bounds of two conditions that both hold (``nest_facts.condition_bounds``)."""
+    out = dict(outer)
+    for e, (lo, hi) in inner.items():
+        was_lo, was_hi = out.get(e, (None, None))
+        out[e] = (lo if was_lo is None else was_lo if lo is None else max(lo, was_lo),
+                  hi if was_hi is None else was_hi if hi is None else min(hi, was_hi))
+    return out

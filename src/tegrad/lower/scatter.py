@@ -11,9 +11,11 @@ reflections, data-dependent reads ``idx[n]``. The other output axes stay free.
 Semantics used by the kernel: inside the domain of the sum ``j_m == g``, so ``j_m`` may be
 replaced by ``g`` in ``value`` and ``rest``; then every point of the grid (free output
 axes x reduction axes) adds ``value`` to ``T[..., g, ...]`` when ``rest`` holds and
-``0 <= g < dim_m``. That is an explicit scatter-add, executed deterministically
-(``np.bincount`` in a fixed order, see ``backends/host/scatter.py``) in O(grid) instead
-of the O(output x grid) of evaluating the ``where`` for every output element.
+``0 <= g < dim_m``. That is an explicit scatter-add, executed deterministically in
+O(grid) instead of the O(output x grid) of evaluating the ``where`` for every output
+element: as a loop nest on compiled targets (``nest_scatter.py``: each element summed
+by one thread, in grid order), by ``np.bincount`` on the NumPy reference
+(``backends/host/scatter.py``).
 """
 
 from __future__ import annotations

@@ -311,17 +311,27 @@ def grid_sample(input, grid, mode="bilinear", padding_mode="zeros",  # noqa: A00
         inside = tall(0 <= iy, iy <= height - 1, 0 <= ix, ix <= width - 1)
         return if_then_else(inside, x[n, c, iy, ix], 0.0)
 
-    def body(n, c, h, w):
+    if mode == "nearest":
+        return compute((batch, channels, *at[1:]), lambda n, c, h, w: pixel(
+            n, c, cast(tround(sy[n, h, w]), "int64"), cast(tround(sx[n, h, w]), "int64")),
+            name=name)
+
+    def tap(n, a, b, h, w):
         fx, fy = sx[n, h, w], sy[n, h, w]
-        if mode == "nearest":
-            return pixel(n, c, cast(tround(fy), "int64"), cast(tround(fx), "int64"))
-        x0, y0 = floor(fx), floor(fy)
-        ix, iy = cast(x0, "int64"), cast(y0, "int64")
-        wx, wy = fx - x0, fy - y0
+        wx, wy = fx - floor(fx), fy - floor(fy)
+        return if_then_else(equal(a, 0), 1.0 - wy, wy) * if_then_else(equal(b, 0), 1.0 - wx, wx)
+
+    # the corners' weights as a tensor of their own: the grid's gradient goes through
+    # theirs, one sum over the channels per corner, shared by both coordinates (weights
+    # written inline, each coordinate summed the channels at every corner again: 5x
+    # slower at 8 x 64 x 56^2)
+    weights = compute((batch, 2, 2, *at[1:]), tap, name=f"{name}.weights")
+
+    def body(n, c, h, w):
+        ix, iy = cast(floor(sx[n, h, w]), "int64"), cast(floor(sy[n, h, w]), "int64")
         # the four corners as one sum over (a, b): the input gradient is then one
         # scatter-add, which lower/ runs in one pass (a sum of four would not be matched)
         a, b = reduce_axis(2, name="a"), reduce_axis(2, name="b")
-        weight = if_then_else(equal(a, 0), 1.0 - wy, wy) * if_then_else(equal(b, 0), 1.0 - wx, wx)
-        return tsum(weight * pixel(n, c, iy + a, ix + b), axis=[a, b])
+        return tsum(weights[n, a, b, h, w] * pixel(n, c, iy + a, ix + b), axis=[a, b])
 
     return compute((batch, channels, *at[1:]), body, name=name)

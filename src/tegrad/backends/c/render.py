@@ -225,6 +225,20 @@ class CDialect:
     def visit_Store(self, s: n.Store) -> str:
         return f"a{s.arg}[{self.index(s.index)}] = {self.operand(s.value)};"
 
+    def visit_ZeroFill(self, s: n.ZeroFill) -> list[str]:
+        size = f"sizeof({self.types[s.dtype]})"
+        if s.slab:
+            return [f"memset(a{s.arg} + f * {s.size}L, 0, {s.size}L * {size});"]
+        if not s.piece:
+            return [f"memset(a{s.arg}, 0, {s.size}L * {size});"]
+        pieces = -(-s.size // s.piece)
+        return ["#pragma omp parallel for schedule(static) num_threads(nthreads)",
+                f"for (long z = 0; z < {pieces}L; z++) memset(a{s.arg} + z * {s.piece}L, 0, "
+                f"(size_t)tg_imin({s.piece}L, {s.size}L - z * {s.piece}L) * {size});"]
+
+    def visit_AddAt(self, s: n.AddAt) -> str:
+        return f"a{s.arg}[{self.operand(s.index)}] += {self.operand(s.value)};"
+
     def visit_RowBuffer(self, s: n.RowBuffer) -> str:
         ctype = self.local_types[s.dtype]
         if s.row is not None:

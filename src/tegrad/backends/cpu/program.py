@@ -1,11 +1,11 @@
 """``target="cpu"``: a plan run with its general kernels compiled to native code.
 
 The plan comes fused and grouped (``lower.plan(..., fused=True)``); each general kernel
-becomes a C function (``codegen.py``), compiled once however many kernels of this program
-or of earlier ones have the same text up to their names (``kernel_cache.py``).
-Contractions stay on BLAS, scatters on the deterministic NumPy path (``host/scatter.py``)
-and views are NumPy views (``host/view_kernel.py``); a scan's time loop runs its compiled
-step program.
+and each scatter-add (``lower/nest_scatter.py``; with ``Options.compiled_scatters`` off,
+the NumPy path of ``host/scatter.py``) becomes a C function (``codegen.py``), compiled once
+however many kernels of this program or of earlier ones have the same text up to their
+names (``kernel_cache.py``). Contractions stay on BLAS and views are NumPy views
+(``host/view_kernel.py``); a scan's time loop runs its compiled step program.
 
 Threads: ``Options.machine.threads`` (``$TEGRAD_NUM_THREADS``, default the cores this
 process may use).
@@ -20,7 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...lower.kernels import Contraction, General, Plan, ScanKernel, View, reads_and_makes
+from ...lower.kernels import (
+    Contraction,
+    General,
+    Plan,
+    ScanKernel,
+    Scatter,
+    View,
+    reads_and_makes,
+)
+from ...lower.nest_scatter import compilable
 from ...options import Options
 from ..host.kernels import run_kernel
 from ..host.liveness import dead_after
@@ -28,7 +37,7 @@ from ..host.ops import HostOps
 from ..host.scan_run import run_scan
 from ..host.view_kernel import ViewOf
 from .buffers import BufferPool
-from .codegen import KernelSource
+from .codegen import KernelSource, ScatterSource
 from .gemm import blas_threads_shared, one_blas_thread
 from .kernel_call import CompiledKernel, KernelText, Library
 from .replay import ReplayedContraction
@@ -38,8 +47,8 @@ from .step_trace import StepTrace
 @dataclass
 class Blueprint:
     """What a ``CpuProgram`` is made from: its plan fused and grouped, and per kernel a
-    general kernel's C (``KernelText``), a scan's step blueprint, or None (contractions,
-    scatters). Plain data, so ``tg.build`` keeps it in the disk cache
+    general kernel's or a scatter's C (``KernelText``), a scan's step blueprint, or None
+    (contractions, scatters left to NumPy). Plain data, so ``tg.build`` keeps it in the disk cache
     (``cache/disk.py``): a warm process does not plan or generate C again."""
 
     plan: Plan
@@ -69,13 +78,21 @@ def blueprint(plan: Plan, numbers: Iterator[int] | None = None,
             src = KernelSource(kernel.tensor, kernel.body_of, f"k{next(numbers)}",
                                kernel.also, kernel.columns,
                                frozenset(t for t in made if top and t not in read), options)
-            parts.append(KernelText(src.tensor, src.name, src.text, tuple(src.args),
-                                    src.outputs, tuple(src.gathers)))
+            parts.append(_text(src))
+        elif (isinstance(kernel, Scatter) and compilable(kernel.scatter)
+              and (options or Options.from_environment()).compiled_scatters):
+            parts.append(_text(ScatterSource(kernel.tensor, kernel.scatter, f"k{next(numbers)}",
+                                             options)))
         elif isinstance(kernel, ScanKernel):
             parts.append(blueprint(kernel.plan, numbers, options))
         else:
             parts.append(None)
     return Blueprint(plan, parts)
+
+
+def _text(src: KernelSource | ScatterSource) -> KernelText:
+    return KernelText(src.tensor, src.name, src.text, tuple(src.args), src.outputs,
+                      tuple(src.gathers))
 
 
 class CpuProgram:
@@ -95,7 +112,7 @@ class CpuProgram:
         unit = unit or Library(made.texts())
         self.steps = []
         for kernel, part in zip(self.plan.kernels, made.parts, strict=True):
-            if isinstance(kernel, General):
+            if isinstance(part, KernelText):  # a general kernel or a scatter
                 self.steps.append(CompiledKernel(part, unit, threads, options.pool_min_bytes))
             elif isinstance(kernel, Contraction):
                 self.steps.append(ReplayedContraction(kernel.contraction, threads, options))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...lower.kernels import General
 from .gemm import GemmCall
 from .kernel_call import CompiledKernel
 from .packed import fixed_operand_product
@@ -62,7 +61,7 @@ class StepTrace:
         self.calls: list | None = []
         self.forms: list = []  # each call's parts, for a loop over steps (step_loop.py)
         for kernel, step in zip(program.plan.kernels, program.steps, strict=True):
-            call = (self._kernel(step) if isinstance(kernel, General)
+            call = (self._kernel(step) if isinstance(step, CompiledKernel)
                     else self._contraction(step, kernel.tensor, feed))
             if call is None:
                 self.calls = None
