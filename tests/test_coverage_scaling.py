@@ -161,3 +161,22 @@ def test_a_timing_whose_results_differ_from_torch_says_so():
     row = Row(wrong, timing=off)
     assert "f32 result differs" in timed_on(row) and timed_on(Row(good, timing=timing)) == \
         timing.inputs
+
+
+def test_scaled_inputs_that_raise_fall_back_to_the_test_inputs(monkeypatch):
+    """A scaling whose shapes the check let through but a side refuses (here one made up:
+    a 3-row case grown to 12 rows that the op refuses) times the test inputs and says
+    why, instead of failing the case."""
+    from tegrad.coverage import timing
+
+    def at_most_three_rows(a):
+        if a.shape[0] > 3:
+            raise ValueError("at most 3 rows")
+        return a * 2.0
+
+    case = Case("mul", "rows", "arithmetic", normal((3, 4)), fn=at_most_three_rows,
+                ref=lambda a: a * 2.0)
+    monkeypatch.setattr(timing, "derive", lambda case, seed=0: Scaling((((0, 0),),), 4))
+    found = timing.time_case(case, repeats=1)
+    assert found.inputs == "test (test x4 raised ValueError: at most 3 rows)"
+    assert found.checked and found.both_ratio > 0

@@ -4,8 +4,9 @@
 ops (the tests in ``tests/test_nn.py`` run the same cases); ``agreement`` compares with
 PyTorch in float64; ``structure`` asserts gather form and counts the backward's work;
 ``timing`` times a case against PyTorch eager, on its benchmark inputs or on its test
-inputs scaled up (``scaling``); ``run`` runs every stage of a case; ``render`` (tables, Markdown, HTML), ``plot`` (the
-figure) and ``record`` (``coverage.json``) make the report's documents.
+inputs scaled up (``scaling``); ``run`` runs every stage of a case; ``render`` (tables,
+Markdown, HTML), ``plot`` (the figure) and ``record`` (``coverage.json``) make the
+report's documents.
 """
 
 from . import table  # noqa: F401  (fills CASES)

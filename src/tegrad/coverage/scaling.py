@@ -19,11 +19,11 @@ measures only call overhead. The inputs are grown by scaling groups of axes:
 
 Groups are found on the test inputs scaled by 2 and by 3 (``PROBES``: an odd factor
 refuses a group that only an even size allows, as channels dividing a depthwise weight's
-rows). Each axis of the first input of
-size > 1 seeds one: the seed alone, else with one other axis of its size, else with every
-other axis of its size, the first of these that tegrad and torch both accept (the
-forward traces, torch runs it, the outputs' shapes agree). A size-1 axis is never scaled
-(it broadcasts). F is then the largest whose inputs and outputs hold at most
+rows). Each axis of the first input of size > 1 seeds one: the seed alone, else with one
+other axis of its size, else with every other axis of its size, the first of these that
+tegrad and torch both accept (tegrad's forward traces, torch's runs, on meta tensors
+where it can: shapes, no arithmetic; the outputs' shapes agree). A size-1 axis is never
+scaled (it broadcasts). F is then the largest whose inputs and outputs hold at most
 ``ELEMENTS`` elements and whose forward takes at most ``FLOPS`` flops (counted on the
 traced graph, ``lower.cost.count_ops``), checked again at that size on both sides.
 
@@ -32,7 +32,7 @@ a convolution's output channels and kernel), so the timed shape has the test sha
 proportions, not a network's; a value structure across a scaled axis is tiled, not kept
 (a causal mask tiled along its rows is no longer causal); kwargs that fix a size (a
 reshape's target, fold's output size) leave the axes they constrain at their test size.
-The timing checks its results against torch (``timing.check_error``), which shows a
+The timing checks its results against torch (``Timing.check_error``), which shows a
 scaling that changed what the case computes.
 """
 
@@ -129,22 +129,39 @@ def _tegrad_shapes(case: Case, arrays: Sequence[np.ndarray]) -> list[tuple]:
     return [tuple(y.shape) for y in graph.outputs]
 
 
+def _meta(arrays: Sequence[np.ndarray]) -> list:
+    """Torch meta tensors shaped like ``arrays`` (shapes and dtypes, no storage)."""
+    import torch
+
+    return [torch.empty(a.shape, dtype=torch.from_numpy(np.asarray(a)[..., :0]).dtype,
+                        device="meta") for a in arrays]
+
+
 def accepted(case: Case, arrays: Sequence[np.ndarray]) -> bool:
     """Both sides take ``arrays``: tegrad's forward traces, torch's runs, and their
-    outputs have the same shapes."""
+    outputs have the same shapes. Torch runs on meta tensors (shapes, no arithmetic,
+    no kernel set up per shape), on the arrays themselves where an op has no meta
+    kernel or refuses them."""
     import torch
 
     try:
-        return _tegrad_shapes(case, arrays) == _torch_shapes(
-            case, [torch.from_numpy(a) for a in arrays])
-    except Exception:  # noqa: BLE001 - a shape either side refuses is not accepted
+        ours = _tegrad_shapes(case, arrays)
+    except Exception:  # noqa: BLE001 - a shape tegrad refuses is not accepted
+        return False
+    try:
+        return ours == _torch_shapes(case, _meta(arrays))
+    except Exception:  # noqa: BLE001 - no meta kernel, or refused: run it for real
+        pass
+    try:
+        return ours == _torch_shapes(case, [torch.from_numpy(np.asarray(a)) for a in arrays])
+    except Exception:  # noqa: BLE001 - a shape torch refuses is not accepted
         return False
 
 
 def accepted_at(case: Case, scaling: Scaling, arrays: Sequence[np.ndarray], factor: int,
                 rng: np.random.Generator) -> bool:
-    """``accepted`` at ``factor``, torch's side on meta tensors (shapes, no arithmetic),
-    on the scaled arrays themselves where an op has no meta kernel."""
+    """``accepted`` at ``factor``, the arrays themselves made only where torch has no
+    meta kernel."""
     import torch
 
     shapes = scaling.shapes(arrays, factor)
@@ -154,11 +171,14 @@ def accepted_at(case: Case, scaling: Scaling, arrays: Sequence[np.ndarray], fact
     except Exception:  # noqa: BLE001 - a shape tegrad refuses is not accepted
         return False
     try:
-        meta = [torch.empty(s, dtype=torch.from_numpy(a[:0]).dtype, device="meta")
-                for s, a in zip(shapes, arrays, strict=True)]
-        return ours == _torch_shapes(case, meta)
-    except Exception:  # noqa: BLE001 - no meta kernel, or a refused shape: run it
-        return accepted(case, scaling.arrays(arrays, rng, factor))
+        return ours == _torch_shapes(case, _meta(empty))
+    except Exception:  # noqa: BLE001 - no meta kernel, or refused: run it for real
+        pass
+    grown = scaling.arrays(arrays, rng, factor)
+    try:
+        return ours == _torch_shapes(case, [torch.from_numpy(a) for a in grown])
+    except Exception:  # noqa: BLE001 - a shape torch refuses is not accepted
+        return False
 
 
 def _size(case: Case, shapes: Sequence[tuple], dtypes: Sequence[np.dtype]) -> tuple[int, int]:

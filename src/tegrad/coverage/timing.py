@@ -2,7 +2,9 @@
 
 Inputs (``timing_inputs``), float32: the case's ``bench`` arrays; else its test inputs
 scaled up (``scaling``: about 2M elements, the same shape relations and values); else,
-where no axis can grow (a 0-d case, kwargs that fix every size), the test inputs.
+where no axis can grow (a 0-d case, kwargs that fix every size), the test inputs, as
+also where the scaled ones raise (``Timing.inputs`` says so and why: the scaling's
+shape check missed a constraint, or tegrad fails at that size).
 Forward: ``op(x)``. Forward+backward: the outputs and every input's gradient for a fixed
 random head (tegrad: one built function computing both, sharing intermediates; torch:
 the forward, then ``torch.autograd.grad``). Before timing, tegrad's forward+backward
@@ -41,7 +43,7 @@ class Timing:
     torch_both: float | None  # None: nothing to differentiate
     first_call: float
     threads: int
-    inputs: str = "bench"  # "bench", "test xF" (scaled by F), or "test"
+    inputs: str = "bench"  # "bench", "test xF" (scaled by F), or "test" (and why)
     check_error: float | None = None  # None: not checked
 
     @property
@@ -88,10 +90,21 @@ def time_case(case: Case, repeats: int = 5, seed: int = 0) -> Timing:
 
 
 def _time_case(case: Case, repeats: int, seed: int) -> Timing:
+    found, source = timing_inputs(case, seed)
+    if source in ("bench", "test"):
+        return _time_on(case, float32(found), source, repeats, seed)
+    try:
+        return _time_on(case, float32(found), source, repeats, seed)
+    except Exception as exc:  # noqa: BLE001 - the scaling's fault, not the case's: say so
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+        arrays = float32(case.inputs(np.random.default_rng(seed)))
+        return _time_on(case, arrays, f"test ({source} raised {why})", repeats, seed)
+
+
+def _time_on(case: Case, arrays: list[np.ndarray], source: str, repeats: int,
+             seed: int) -> Timing:
     import torch
 
-    found, source = timing_inputs(case, seed)
-    arrays = float32(found)
     rng = np.random.default_rng(seed + 1)
     start = time.perf_counter()
     graph = trace(case, arrays, dtype="float32")
