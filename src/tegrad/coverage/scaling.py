@@ -110,7 +110,7 @@ def grow(a: np.ndarray, reps: tuple[int, ...], rng: np.random.Generator) -> np.n
         return tiled
     jitter = rng.uniform(-JITTER, JITTER, size=tiled.shape)
     jitter[tuple(slice(0, n) for n in a.shape)] = 0.0  # the first copy is the test input
-    return tiled * (1.0 + jitter)
+    return (tiled * (1.0 + jitter)).astype(a.dtype)
 
 
 def _torch_shapes(case: Case, tensors: Sequence) -> list[tuple]:
