@@ -41,12 +41,14 @@ ROWS = ("forward", "backward", "forward+backward")
 class Graph:
     """The tegrad side of a case: placeholders (in the order every side takes its
     arguments), the output, the head (a placeholder of the output's shape) and the
-    gradients of all inputs."""
+    gradients of ``wrt`` (None: every input; ``bench_layers`` differentiates only the
+    float inputs torch does, not a loss's targets or class weights)."""
 
     inputs: list
     out: object
     head: object
     grads: list
+    wrt: list | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def tegrad_programs(graph: Graph, target: str, arrays, backward: str = "saved",
     fwd = tg.build(ins, [out], target=target, **given)
     both = tg.build([*ins, head], [out, *grads], target=target, **given)
     if backward == "saved":
-        keep, pullback = tg.build_vjp(ins, out, target=target, **given)
+        keep, pullback = tg.build_vjp(ins, out, wrt=graph.wrt, target=target, **given)
         saved = keep(*arrays)[1]
 
         def bwd(a, h):

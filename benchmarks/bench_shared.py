@@ -23,10 +23,13 @@ def threads_from_argv(argv) -> str | None:
 
 
 def apply(argv) -> str | None:
-    """Set OMP/OpenBLAS/MKL thread counts from ``--threads``; returns the value given."""
+    """Set OMP/OpenBLAS/MKL thread counts and tegrad's (``TEGRAD_NUM_THREADS``: its
+    kernels pass their own count to OpenMP, so ``OMP_NUM_THREADS`` alone leaves them on
+    every core) from ``--threads``; returns the value given."""
     threads = threads_from_argv(argv)
     if threads is not None:
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "TEGRAD_NUM_THREADS"):
             os.environ[var] = threads
     return threads
 

@@ -1,6 +1,7 @@
 """What the coverage report's documents say, from a handful of made-up rows: the plot's
 colours, legends and margins (read off the matplotlib objects, not compared as images),
-INCONCLUSIVE counted apart and explained, and coverage.json strict and complete."""
+INCONCLUSIVE counted apart and explained, the slow tail counted and listed beside the
+medians, and coverage.json strict and complete."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tegrad.coverage.render import (
     html_document,
     markdown,
     readme_block,
+    slowest,
     summary_rows,
 )
 from tegrad.coverage.run import Row
@@ -175,3 +177,71 @@ def test_coverage_json_is_strict_and_has_every_row(rows):
     assert broken["timing"]["both_ratio"] == pytest.approx(2.5)
     assert document["rows"][6]["timing"] is None
     assert document["summary"][-1]["gradcheck"] == {PASS: 4, INCONCLUSIVE: 2, FAIL: 1}
+
+
+def _timed(op: str, category: str, ratio: float, *, forward_only: bool = False,
+           inputs: str = "bench") -> Row:
+    """A passing case timed at ``ratio`` x torch (forward+backward, or forward only)."""
+    row = Row(Case(op, "", category, normal((2,))), gradcheck=PASS)
+    row.timing = Timing(ratio, 1.0, ratio * 1e-3, None if forward_only else 1e-3, 0.5, 2,
+                        inputs)
+    return row
+
+
+@pytest.fixture
+def tail() -> list[Row]:
+    return [_timed("conv2d", "convolution", 4.0), _timed("conv3d", "convolution", 1.6),
+            _timed("conv1d", "convolution", 0.8, inputs="test x16"),
+            _timed("relu", "activation", 0.5), _timed("gelu", "activation", 1.4),
+            _timed("argmax", "reduction", 12.0, forward_only=True, inputs="test"),
+            Row(Case("mean", "", "reduction", normal((2,))), gradcheck=PASS)]  # not timed
+
+
+def test_the_summary_counts_the_slow_tail_beside_the_medians(tail):
+    found = {s.category: s for s in summary_rows(tail)}
+    conv, act, red, every = (found[c] for c in ("convolution", "activation", "reduction",
+                                                "all"))
+    assert (conv.timed, conv.slow, conv.very_slow, conv.slowest) == (3, 2, 1, ("conv2d", 4.0))
+    assert (act.timed, act.slow, act.very_slow, act.slowest) == (2, 0, 0, ("gelu", 1.4))
+    # a case with nothing to differentiate counts by its forward
+    assert (red.timed, red.slow, red.very_slow, red.slowest) == (1, 1, 1, ("argmax", 12.0))
+    assert (every.timed, every.slow, every.very_slow) == (6, 3, 2)
+    cells = dict(zip(SUMMARY_HEADERS, every.cells(), strict=True))
+    assert (cells["over 1.5x"], cells["over 3x"], cells["slowest"]) == ("3", "2",
+                                                                        "argmax 12.00x")
+    assert cells["median fwd+bwd / torch"] == "1.40x"  # the median hides the tail
+
+
+def test_the_slowest_cases_are_listed_slowest_first_in_every_document(tail):
+    assert [r.case.name for r in slowest(tail)] == ["argmax", "conv2d", "conv3d", "gelu",
+                                                    "conv1d", "relu"]
+    assert [r.case.name for r in slowest(tail, 2)] == ["argmax", "conv2d"]
+    about = context(tail, 3.0, 5)
+    assert "6 cases timed (4 on benchmark inputs, 1 on test inputs scaled up, 1 on test " \
+           "inputs)" in about
+    md = markdown(tail, about)
+    table = md.split("## The 6 slowest cases", 1)[1].split("## Every case", 1)[0]
+    assert table.index("| argmax | reduction | test | 12.00x | — |") < table.index(
+        "| conv2d | convolution | bench | 4.00x | 4.00x |") < table.index("| relu |")
+    page = html_document(tail, about, None)
+    assert "<h2>The 6 slowest cases</h2>" in page
+    assert page.index("<td>argmax</td>") < page.index("<td>conv2d</td>")
+    document = json.loads(json_document(tail, about, 3.0, 5))
+    assert document["thresholds"] == [1.5, 3.0]
+    assert [(w["name"], w["ratio"], w["inputs"]) for w in document["slowest"][:2]] == [
+        ("argmax", 12.0, "test"), ("conv2d", 4.0, "bench")]
+    every = document["summary"][-1]
+    assert (every["timed"], every["over_1.5x"], every["over_3x"]) == (6, 3, 2)
+    assert every["slowest"] == {"name": "argmax", "ratio": 12.0}
+    assert document["rows"][2]["timing"]["inputs"] == "test x16"
+
+
+def test_the_console_prints_the_slowest_cases_before_the_summary(tail, capsys):
+    from tegrad.cli.report import _print_table
+
+    _print_table(tail, plain=True)
+    out = capsys.readouterr().out
+    assert out.index("every case") < out.index("the 6 slowest cases") < out.index(
+        "coverage per category")
+    worst = out.split("the 6 slowest cases", 1)[1].splitlines()
+    assert worst[2].startswith("argmax\treduction\ttest\t12.00x")

@@ -31,10 +31,23 @@ README_END = "<!-- coverage:end -->"
 
 
 def _print_table(rows, plain: bool) -> None:
-    from ..coverage.render import HEADERS, SUMMARY_HEADERS, cells, row_kind, summary_rows
+    from ..coverage.render import (
+        HEADERS,
+        SLOWEST_HEADERS,
+        SUMMARY_HEADERS,
+        cells,
+        row_kind,
+        slowest,
+        slowest_cells,
+        summary_rows,
+    )
 
+    worst = slowest(rows)
     tables = [("coverage per category", SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]),
+              (f"the {len(worst)} slowest cases", SLOWEST_HEADERS,
+               [slowest_cells(r) for r in worst]),
               ("every case", HEADERS, [cells(r) for r in rows])]
+    tables = [t for t in tables if t[2]]  # no slowest-cases table when nothing was timed
     if not plain:
         try:
             from rich.console import Console

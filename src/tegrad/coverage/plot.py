@@ -23,9 +23,9 @@ from collections.abc import Sequence
 
 from ..check import INCONCLUSIVE
 from .cases import CATEGORIES
+from .render import SLOW
 from .run import Row
 
-SLOW = 1.5  # tegrad / torch above this: a slow case
 DPI = 110  # the figure is laid out and saved at this resolution (text sizes depend on it)
 FAILED = "#c0392b"
 SLOW_COLOR = "#f39c12"

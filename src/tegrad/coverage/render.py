@@ -3,7 +3,11 @@
 One function turns a ``Row`` into strings (``cells``); the rich table, the Markdown and
 the HTML all print those, so the three never disagree. ``summary_rows`` gives one line
 per category: ops, cases, cases passing, the gradient checker's verdicts counted apart
-(PASS, INCONCLUSIVE, FAIL), backward in gather form, median speed ratios.
+(PASS, INCONCLUSIVE, FAIL), backward in gather form, median speed ratios, and beside
+them the tail the medians hide: the cases timed, those over ``SLOW`` (1.5x) and
+``VERY_SLOW`` (3x) torch's time and the slowest one. ``slowest`` lists the ``WORST``
+slowest cases of all. A case's speed (``speed``) is its forward+backward time over
+torch's, or its forward's where nothing is differentiable.
 
 An INCONCLUSIVE verdict does not fail a case (it still has to agree with PyTorch), but
 it is never folded into the passes unsaid: it has its own column, the context line
@@ -35,7 +39,29 @@ INCONCLUSIVE_NOTE = (
     "(the vs torch f64 column).")
 
 HEADERS = ("op", "case", "category", "vs torch f64", "gather form", "bwd/fwd flops",
-           "gradcheck", "fwd / torch", "fwd+bwd / torch", "status")
+           "gradcheck", "fwd / torch", "fwd+bwd / torch", "timed on", "status")
+
+SLOW = 1.5  # tegrad / torch above this: a slow case
+VERY_SLOW = 3.0
+WORST = 20  # cases in the slowest-cases table
+
+
+def speed(row: Row) -> float | None:
+    """tegrad / torch time of a timed case: forward+backward, else the forward."""
+    t = row.timing
+    if t is None:
+        return None
+    return t.forward_ratio if t.both_ratio is None else t.both_ratio
+
+
+def timed_on(row: Row) -> str:
+    """Where the timing's inputs came from, and whether its results matched torch's."""
+    t = row.timing
+    if t is None:
+        return "error" if "timing" in row.errors else "—"
+    if t.check_error is None or t.checked:
+        return t.inputs
+    return f"{t.inputs}; f32 result differs {t.check_error:.0e}"
 
 
 def _ratio(value: float | None) -> str:
@@ -61,7 +87,8 @@ def cells(row: Row) -> tuple[str, ...]:
     gradcheck = row.gradcheck or ("error" if "gradcheck" in row.errors else "—")
     status = "ok" if row.passed else "FAIL: " + "; ".join(row.failures)
     return (row.case.op, row.case.label, row.case.category, agreement, _gather(row), cost,
-            gradcheck, _ratio(t and t.forward_ratio), _ratio(t and t.both_ratio), status)
+            gradcheck, _ratio(t and t.forward_ratio), _ratio(t and t.both_ratio), timed_on(row),
+            status)
 
 
 @dataclass
@@ -74,17 +101,25 @@ class CategorySummary:
     gather: int  # cases with a backward in gather form
     median_forward: float | None
     median_both: float | None
+    timed: int = 0
+    slow: int = 0  # speed over SLOW
+    very_slow: int = 0  # speed over VERY_SLOW
+    slowest: tuple[str, float] | None = None  # (case, speed)
 
     def cells(self) -> tuple[str, ...]:
+        worst = "—" if self.slowest is None else f"{self.slowest[0]} {_ratio(self.slowest[1])}"
         return (self.category, str(self.ops), str(self.cases), f"{self.passing}/{self.cases}",
                 *(str(self.verdicts[v]) for v in VERDICTS),
-                str(self.gather), _ratio(self.median_forward), _ratio(self.median_both))
+                str(self.gather), _ratio(self.median_forward), _ratio(self.median_both),
+                str(self.timed), str(self.slow), str(self.very_slow), worst)
 
 
 VERDICTS = (PASS, INCONCLUSIVE, FAIL)
 SUMMARY_HEADERS = ("category", "ops", "cases", "passing",
                    *(f"gradcheck {v}" for v in VERDICTS), "gather form",
-                   "median fwd / torch", "median fwd+bwd / torch")
+                   "median fwd / torch", "median fwd+bwd / torch", "timed",
+                   f"over {SLOW:g}x", f"over {VERY_SLOW:g}x", "slowest")
+SLOWEST_HEADERS = ("case", "category", "timed on", "fwd / torch", "fwd+bwd / torch")
 
 
 def _median(values: list[float]) -> float | None:
@@ -93,13 +128,27 @@ def _median(values: list[float]) -> float | None:
 
 def summarize(rows: Sequence[Row], category: str) -> CategorySummary:
     timed = [r.timing for r in rows if r.timing is not None]
+    speeds = [(speed(r), r.case.name) for r in rows if r.timing is not None]
     return CategorySummary(
         category, len({r.case.op for r in rows}), len(rows), sum(r.passed for r in rows),
         {v: sum(r.gradcheck == v for r in rows) for v in VERDICTS},
         sum(1 for r in rows if r.structure is not None and r.structure.grads
             and r.structure.gather_form),
         _median([t.forward_ratio for t in timed]),
-        _median([t.both_ratio for t in timed if t.both_ratio is not None]))
+        _median([t.both_ratio for t in timed if t.both_ratio is not None]),
+        len(speeds), sum(v > SLOW for v, _ in speeds), sum(v > VERY_SLOW for v, _ in speeds),
+        max(((name, v) for v, name in speeds), key=lambda found: found[1], default=None))
+
+
+def slowest(rows: Sequence[Row], count: int = WORST) -> list[Row]:
+    """The ``count`` timed cases with the largest ``speed``, slowest first."""
+    return sorted((r for r in rows if r.timing is not None), key=lambda r: -speed(r))[:count]
+
+
+def slowest_cells(row: Row) -> tuple[str, ...]:
+    t = row.timing
+    return (row.case.name, row.case.category, timed_on(row), _ratio(t.forward_ratio),
+            _ratio(t.both_ratio))
 
 
 def summary_rows(rows: Sequence[Row]) -> list[CategorySummary]:
@@ -118,8 +167,12 @@ def context(rows: Sequence[Row], seconds: float, repeats: int) -> str:
 
     target = {"cpu": "compiled cpu target", "numpy": "NumPy backend"}.get(default_target(),
                                                                           default_target())
+    sources = [r.timing.inputs for r in rows if r.timing]
+    scaled = sum(s.startswith("test x") for s in sources)
     timing = (f"; timings are medians of {repeats} alternating runs, float32, torch eager "
-              f"with {threads} threads, tegrad on its {target}" if threads else "")
+              f"with {threads} threads, tegrad on its {target}, {len(sources)} cases timed "
+              f"({sources.count('bench')} on benchmark inputs, {scaled} on test inputs scaled "
+              f"up, {sources.count('test')} on test inputs)" if threads else "")
     return (f"{len({r.case.op for r in rows})} ops, {len(rows)} cases, {passing(rows)}; "
             f"{where}{timing}; made in {seconds:.0f} s by `tegrad report`.")
 
@@ -148,6 +201,10 @@ def markdown(rows: Sequence[Row], context: str, plot_file: str | None = None) ->
     lines = ["# tegrad coverage report", "", context, ""]
     lines += _markdown_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)])
     lines += ["", INCONCLUSIVE_NOTE]
+    worst = slowest(rows)
+    if worst:
+        lines += ["", f"## The {len(worst)} slowest cases", ""]
+        lines += _markdown_table(SLOWEST_HEADERS, [slowest_cells(r) for r in worst])
     if plot_file:
         lines += ["", f"![speed and coverage]({plot_file})"]
     lines += ["", "## Every case", ""]
@@ -189,7 +246,9 @@ def html_document(rows: Sequence[Row], context: str, plot_png_base64: str | None
         f"<title>tegrad coverage report</title><style>{STYLE}</style></head><body>",
         "<h1>tegrad coverage report</h1>", f"<p>{html.escape(context)}</p>",
         _html_table(SUMMARY_HEADERS, [s.cells() for s in summary_rows(rows)]),
-        f"<p>{html.escape(INCONCLUSIVE_NOTE)}</p>", plot,
+        f"<p>{html.escape(INCONCLUSIVE_NOTE)}</p>",
+        f"<h2>The {len(slowest(rows))} slowest cases</h2>",
+        _html_table(SLOWEST_HEADERS, [slowest_cells(r) for r in slowest(rows)]), plot,
         "<h2>Every case</h2>", _html_table(HEADERS, [cells(r) for r in rows]),
         "</body></html>"])
 

@@ -5,8 +5,8 @@ Stages per case, each recorded separately so one failing stage does not hide the
     agreement   forward and gradients against PyTorch in float64 (``agreement.agree``)
     structure   gather form and the backward's work over the forward's (``structure``)
     gradcheck   ``tg.check_gradient`` on the generated gradients (float64 test inputs)
-    timing      forward and forward+backward against PyTorch eager (``timing``), for
-                the cases with benchmark inputs (test-sized inputs would time overhead)
+    timing      forward and forward+backward against PyTorch eager (``timing``), on the
+                case's benchmark inputs, else on its test inputs scaled up (``scaling``)
 
 A case passes when every stage that ran passed: agreement within tolerance, gather form
 where the table asserts it, a gradcheck verdict other than FAIL. An exception in a stage
@@ -89,7 +89,7 @@ def run_case(case: Case, stages: Iterable[str] = STAGES, repeats: int = 5) -> Ro
         "agreement": lambda: setattr(row, "agreement", agree(case)),
         "structure": lambda: setattr(row, "structure", structure(case)),
         "gradcheck": lambda: setattr(row, "gradcheck", gradcheck(case)),
-        "timing": lambda: setattr(row, "timing", case.bench and time_case(case, repeats)),
+        "timing": lambda: setattr(row, "timing", time_case(case, repeats)),
     }
     for stage in stages:
         try:

@@ -11,7 +11,8 @@ _TIMED: set[str] = set()
 
 
 def _act(op: str, label: str, inputs, **options) -> None:
-    """One row; the first row of each op is timed (on ``bench``, by default 1024x1024)."""
+    """One row; the first row of each op is timed on ``bench`` (by default 1024x1024),
+    the others on their own test inputs scaled up (``coverage.scaling``)."""
     bench = options.pop("bench", normal(BIG))
     case(op, label, inputs, category="activation", bench=None if op in _TIMED else bench,
          **options)
