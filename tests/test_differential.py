@@ -179,3 +179,57 @@ def test_scan_of_a_1d_state(target):
     h = np.ones(T)
     jac = np.array([[0.5 ** (t - u) if t >= u else 0.0 for u in range(T)] for t in range(T)])
     np.testing.assert_allclose(tg.build([X, H], dX, target=target)(x, h), h @ jac, rtol=1e-14)
+
+
+def _id_table(values, shape):
+    """An int64 compute holding ``values`` (row-major), as the generator writes its ids."""
+    flat = np.asarray(values).reshape(-1)
+    strides = [int(np.prod(shape[m + 1:])) for m in range(len(shape))]
+
+    def body(*ix):
+        at = sum(v * s for v, s in zip(ix, strides, strict=True))
+        return sum(tg.if_then_else(tg.equal(at, n), int(v), 0) for n, v in enumerate(flat))
+
+    return tg.compute(shape, body, name="ids")
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_guard_of_a_select_is_kept_by_the_part_it_encloses(target):
+    """``select(0 <= ids[i] < 3 && j == 0, sum_k tanh(X[ids[i], k]) where k // 2 == m, 0)``:
+    the sum planned as a scatter of its own kept none of the select's conjunction, since
+    one conjunct names ``j``, and read ``X[-1]`` (a CI fuzz failure)."""
+    table = [-1, 2, 3, 0, 5]
+    X = tg.placeholder((3, 4), "float64", name="X")
+    ids = _id_table(table, (5,))
+    k = tg.reduce_axis((0, 4), "k")
+    T = tg.compute((5, 2, 2), lambda i, j, m: tg.if_then_else(
+        tg.all(ids[i] >= 0, ids[i] < 3, tg.equal(j, 0)),
+        tg.sum(tg.tanh(X[ids[i], k]), k, where=tg.equal(k // 2, m)), 0.0), name="T")
+    x = np.random.default_rng(5).standard_normal((3, 4))
+    want = np.zeros((5, 2, 2))
+    for i, v in enumerate(table):
+        if 0 <= v < 3:
+            want[i, 0] = np.tanh(x[v]).reshape(2, 2).sum(1)
+    np.testing.assert_allclose(tg.build([X], T, target=target)(x), want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_scatter_conditions_are_read_under_the_ones_before_them(target):
+    """The gradient of ``sum_a max_b X[a, ids[a, b]] where 0 <= ids[a, b] < 3`` is a scatter
+    whose tie test reads ``X[a, ids[a, b]]``: in bounds only under the bounds before it in
+    the ``where`` (the reference evaluated each condition alone; a CI fuzz failure)."""
+    table = np.array([[0, -1, 2], [3, 1, 2], [2, -1, 3], [1, 0, 2]])
+    X = tg.placeholder((4, 3), "float64", name="X")
+    ids = _id_table(table, (4, 3))
+    a, b = tg.reduce_axis((0, 4), "a"), tg.reduce_axis((0, 3), "b")
+    T = tg.compute((), lambda: tg.sum(tg.max(
+        X[a, ids[a, b]], b, where=tg.all(ids[a, b] >= 0, ids[a, b] < 3)), a), name="T")
+    (dX,) = tg.gradient(T, [X])
+    x = np.random.default_rng(6).permutation(12).reshape(4, 3).astype(float)  # no ties
+    want = np.zeros((4, 3))
+    for row in range(4):
+        valid = [v for v in table[row] if 0 <= v < 3]
+        want[row, max(valid, key=lambda v: x[row, v])] = 1.0
+    value, grad = tg.build([X], [T, dX], target=target)(x)
+    assert value == sum(max(x[r, v] for v in table[r] if 0 <= v < 3) for r in range(4))
+    np.testing.assert_array_equal(grad, want)

@@ -25,7 +25,7 @@ proved them in bounds under exactly those conditions. Where a guard is false the
 from __future__ import annotations
 
 from ..ir import dtype as dt
-from ..ir.expr import Expr, Read, Reduce, Select, Var, conjunction, unary
+from ..ir.expr import Expr, Read, Reduce, Select, Var, conjunction, split_conjunction, unary
 from ..ir.tensor import Compute, make_compute
 from ..ir.traverse import children, free_vars, substitute, with_children
 from ..ir.verify import IRError, verify_compute
@@ -67,7 +67,8 @@ def extract_kernels(t: Compute, match) -> tuple[list, Compute] | None:
             found = extract(e, guards)
             out = e if found is None else found
         elif isinstance(e, Select):
-            out = with_children(e, (e.cond, go(e.a, (*guards, e.cond)),
+            # conjunct by conjunct: a part keeps each one over the variables it uses
+            out = with_children(e, (e.cond, go(e.a, (*guards, *split_conjunction(e.cond))),
                                     go(e.b, (*guards, unary("not", e.cond)))))
         elif isinstance(e, Read | Var) or not children(e):
             out = e

@@ -26,10 +26,12 @@ axis (``take``: every dimension pinned) runs on one thread, as torch's accumulat
 **Loop order.** The free axes other than the one kept innermost go outermost (``n, c`` of
 a ``grid_sample``'s input gradient: one thread per plane); the reduction axes follow in
 their order, a short innermost run of them unrolled (a bilinear sample's 2 x 2 taps); each
-guard stands under the loop of the last axis it uses; a free last axis that no target and
-no guard uses is innermost, contiguous in the output and vectorized (an embedding row),
-since no two of its iterations add to the same element. Values are placed by code motion
-(``nest_values.py``): a target is computed once per point of the axes it uses.
+guard stands under the loop of the last axis it uses (one reading through data, as a max
+gradient's tie test ``X[ids[d]] == m``, in a guard of its own under the bounds before it);
+a free last axis that no target and no guard uses is innermost, contiguous in the output
+and vectorized (an embedding row), since no two of its iterations add to the same element.
+Values are placed by code motion (``nest_values.py``): a target is computed once per point
+of the axes it uses.
 
 **Zeroing.** Where the parallel loop runs over the leading output dimensions (``n, c`` of
 the sample's gradient, the rows of a ``gather`` along the last), each iteration owns a
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import math
 
-from ..ir.expr import Expr, Reduce, Var, binary, cast, const
+from ..ir.expr import Expr, Read, Reduce, Var, binary, cast, const
 from ..ir.traverse import free_vars, tensors_read, walk
 from ..options import Options
 from .nest import AddAt, Block, ChunkLoop, FlatLoop, Guard, Loop, LoopNest, ZeroFill
@@ -152,9 +154,21 @@ class ScatterNestBuilder(ReduceLowering):
             used = [j for j, a in enumerate(axes) if a in free_vars(c)]
             if (used[-1] if used else -1) == k:
                 here.append(c)
-        if here:
-            block = Guard(conds=tuple(self.value(c) for c in here))
-            self.stack.append(block)
+        # a condition reading through data (``X[ids[d]] == m``) opens a guard of its own
+        # under the ones before it (``0 <= ids[d] < rows``): its read is in bounds only there
+        runs: list[list] = []
+        for c in here:
+            if not runs or _reads_through_data(c):
+                runs.append([])
+            runs[-1].append(c)
+        for run in runs:
+            self.stack.append(Guard(conds=tuple(self.value(c) for c in run)))
+
+
+def _reads_through_data(e: Expr) -> bool:
+    """Whether ``e`` reads a tensor at an index that is itself read from a tensor."""
+    return any(isinstance(x, Read) and any(tensors_read(i) for i in x.indices)
+               for x in walk(e))
 
 
 def _unrolled_tail(axes: list, unroll: int) -> int:

@@ -35,7 +35,8 @@ class Scatter:
     out_index: tuple[Expr, ...]  # per output dim: its grid variable, or the target g
     pinned: tuple[int, ...]  # output dims given by a target expression
     value: Expr
-    conds: tuple[Expr, ...]  # the remaining conditions, and 0 <= g < dim for each target
+    conds: tuple[Expr, ...]  # in evaluation order, each under those before it; a target g's
+    # 0 <= g < dim stands where its pin stood
     dtype: str  # the reduction's
     out_dtype: str
 
@@ -55,13 +56,14 @@ def match_scatter(t: Compute) -> Scatter | None:
         return None
     axes = set(t.axes)
     pinned: dict[Var, Expr] = {}
-    rest: list[Expr] = []
+    order: list[Expr | Var] = []  # the conditions in order, a pinned axis where its pin was
     for c in split_conjunction(body.where):
         target = _pins(c, axes, pinned)
         if target is None:
-            rest.append(c)
+            order.append(c)
         else:
             pinned[target[0]] = target[1]
+            order.append(target[0])
     if not pinned:
         return None
     for _ in range(len(pinned)):  # targets may name other pinned axes: substitute them
@@ -74,14 +76,21 @@ def match_scatter(t: Compute) -> Scatter | None:
         return None
     mapping = {v: _as(g, v) for v, g in pinned.items()}
     value = substitute(body.source, mapping)
-    conds = [substitute(c, mapping) for c in rest]
+    # a pin becomes the bounds of its target where it stood: a later condition (a read
+    # through the same ids) may be in bounds only under it (evaluated in this order)
+    extent = dict(zip(t.axes, t.shape, strict=True))
+    conds: list[Expr] = []
+    for c in order:
+        if isinstance(c, Var):
+            g = pinned[c]
+            conds += [binary("le", const(0, g.dtype), g),
+                      binary("lt", g, const(extent[c], g.dtype))]
+        else:
+            conds.append(substitute(c, mapping))
     out_index, dims = [], []
     for m, v in enumerate(t.axes):
         if v in pinned:
-            g = pinned[v]
-            conds += [binary("le", const(0, g.dtype), g),
-                      binary("lt", g, const(t.shape[m], g.dtype))]
-            out_index.append(g)
+            out_index.append(pinned[v])
             dims.append(m)
         else:
             out_index.append(v)

@@ -30,8 +30,8 @@ def run_scatter(s: Scatter, arrays: dict, owner: str) -> np.ndarray:
         full = tuple(hi - lo for lo, hi in region)
         ev = Evaluator(arrays, env, n, owner)
         mask = np.ones(full, dtype=bool)
-        for c in s.conds:
-            mask &= np.broadcast_to(ev.go(c, n, ()), full)
+        for k, c in enumerate(s.conds):  # each condition read under the ones before it
+            mask &= np.broadcast_to(ev.go(c, n, s.conds[:k]), full)
         if not mask.any():
             continue
         flat = np.zeros(full, dtype=np.int64)
