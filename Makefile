@@ -31,7 +31,7 @@ docs: setup
 	$(BIN)/mkdocs build --strict --site-dir build/site
 
 fuzz: setup
-	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py
+	HYPOTHESIS_PROFILE=long $(BIN)/python -m pytest tests/test_fuzz.py tests/test_cpu.py -k "fuzz or random_programs"
 
 # 10,000 random programs: the compiled target against the NumPy reference (tests/differential.py)
 fuzz-cpu: setup

@@ -5,8 +5,12 @@ previous run stored (``cache/disk.py``); the cache's own tests turn it on, each 
 new directory. ``TEGRAD_GRAPH_CACHE=1 pytest`` runs every test with it on.
 
 Profiles (pick with the environment variable HYPOTHESIS_PROFILE):
-  default / ci  150 examples per property, no deadline (kernels compile on first use)
-  long          10000 examples per property (``make fuzz``)
+  default / ci  150 examples per property, no deadline (kernels compile on first use),
+                derandomized: the same examples on every run, so that a commit passes or
+                fails on its own code, never on the draw
+  explore       as default, with fresh random examples on each run
+  long          10000 fresh random examples per property (``make fuzz``): the search for
+                new failures, whose programs then become regression tests
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ _COMMON = dict(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-settings.register_profile("default", max_examples=150, **_COMMON)
-settings.register_profile("ci", max_examples=150, **_COMMON)
+settings.register_profile("default", max_examples=150, derandomize=True, **_COMMON)
+settings.register_profile("ci", max_examples=150, derandomize=True, **_COMMON)
+settings.register_profile("explore", max_examples=150, **_COMMON)
 settings.register_profile("long", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")

@@ -66,6 +66,7 @@ class GraphFunction:
         self.name = name
         self.float_inputs = tuple(k for k, x in enumerate(self.inputs) if dt.is_float(x.dtype))
         self.float_outputs = tuple(k for k, y in enumerate(self.outputs) if dt.is_float(y.dtype))
+        self._out_dtypes = tuple((y, np.dtype(y.dtype)) for y in self.outputs)
         self._program: Callable | None = None
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
@@ -90,19 +91,36 @@ class GraphFunction:
                     STATS.builds += 1
         return self.checked(self._program(*arrays))
 
+    def call_exact(self, arrays: list) -> Sequence[np.ndarray]:
+        """``self(*arrays)`` for NumPy arrays known to be of the inputs' shapes and dtype
+        names (the eager layer's quick key says so): a one-kernel program takes them
+        straight (``CpuProgram.direct``, which makes its output of the right shape)."""
+        direct = self._direct
+        if direct is None:
+            return self(*arrays)
+        return direct(arrays)
+
+    @property
+    def _direct(self):
+        if self._program is None:
+            return None
+        return getattr(getattr(self._program, "program", None), "direct", None)
+
     def feed(self, arrays: Sequence) -> dict:
         """The placeholders' feed for ``arrays``, each checked (and cast) as a call's."""
         return checked_feed(input_specs(list(self.inputs)), tuple(arrays))
 
     def checked(self, results: Sequence) -> tuple[np.ndarray, ...]:
         """A program's results as the outputs' arrays, each of its output's shape."""
-        values = tuple(np.asarray(v, dtype=y.dtype)
-                       for v, y in zip(results, self.outputs, strict=True))
-        for v, y in zip(values, self.outputs, strict=True):
+        values = []
+        for v, (y, dtype) in zip(results, self._out_dtypes, strict=True):
+            if type(v) is not np.ndarray or v.dtype is not dtype:
+                v = np.asarray(v, dtype=dtype)
             if v.shape != y.shape:  # a framework would broadcast it silently
                 raise RuntimeError(f"{self.name}: output {y.name} should have shape {y.shape}, "
                                    f"the kernel gave {v.shape}")
-        return values
+            values.append(v)
+        return tuple(values)
 
     def vjp(self, wrt: Sequence[int] | None = None) -> GraphFunction:
         """``(inputs..., heads of the float outputs) -> gradients of inputs[wrt]``.
@@ -223,6 +241,7 @@ def cache_info() -> CacheStats:
 def cache_clear() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
+        _QUICK.clear()
         for name in ("hits", "misses", "uncached", "builds", "derivations"):
             setattr(STATS, name, 0)
 
@@ -252,6 +271,28 @@ def trace(fn: Callable, args: Sequence = (), kwargs: dict | None = None) -> Grap
             while len(_CACHE) > STATS.maxsize:
                 _CACHE.popitem(last=False)
     return graph
+
+
+# a second index into the traced graphs, for the eager layer (``eager/variable.apply``):
+# keyed by what a caller with only arrays and plain static values can build much faster
+# than ``freeze`` (a tiny op's whole cost is a few microseconds); each entry is a graph
+# ``trace`` returned, so both indexes give one graph per template
+_QUICK: dict[Any, GraphFunction] = {}
+
+
+def quick_lookup(key) -> GraphFunction | None:
+    """The graph ``quick_store`` filed under ``key`` (a hit of the trace cache), or None."""
+    found = _QUICK.get(key)
+    if found is not None:
+        STATS.hits += 1
+    return found
+
+
+def quick_store(key, graph: GraphFunction) -> None:
+    with _CACHE_LOCK:
+        if len(_QUICK) >= 4 * STATS.maxsize:  # (a template per shape: start again)
+            _QUICK.clear()
+        _QUICK[key] = graph
 
 
 def _trace(fn: Callable, args: Sequence, kwargs: dict) -> GraphFunction:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import nn
-from ..function import GraphFunction, split_leaves, trace
+from ..function import GraphFunction, quick_lookup, quick_store, split_leaves, trace
 from ..ir.broadcast import elementwise
 from ..ir.tensor import Tensor, placeholder
 from .indexing import astype, canonical_key, getitem
@@ -78,18 +78,29 @@ class Variable:
         self._dtype = str(self.value.dtype)  # np.dtype's str() is slow: once per Variable
         self.tensor = None  # set while tracing a whole function
         self.trainable = trainable
-        self.name = name or f"Variable:{next(_NAMES)}"
+        self._name = name
+        self._number = next(_NAMES)
 
     @classmethod
-    def _result(cls, value=None, tensor=None) -> Variable:
-        """An operation's output (not trainable): an array, or a tensor while tracing."""
+    def _result(cls, value=None, tensor=None, dtype: str | None = None) -> Variable:
+        """An operation's output (not trainable): an array (of ``dtype``'s name, where the
+        caller knows it), or a tensor while tracing."""
         v = cls.__new__(cls)
         v.value = value
-        v._dtype = tensor.dtype if tensor is not None else str(value.dtype)
+        v._dtype = tensor.dtype if tensor is not None else dtype or str(value.dtype)
         v.tensor = tensor
         v.trainable = False
-        v.name = f"Variable:{next(_NAMES)}"
+        v._name = None
+        v._number = next(_NAMES)
         return v
+
+    @property
+    def name(self) -> str:
+        return self._name or f"Variable:{self._number}"
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
 
     # -- NumPy interop --------------------------------------------------------------------
     @property
@@ -339,18 +350,62 @@ def is_variable(value) -> bool:
 
 def apply(fn, *args, **kwargs):
     """``fn(*args, **kwargs)`` on the Variables' values (see the module docstring)."""
+    key, leaves = quick_key(fn, args, kwargs)
+    graph = quick_lookup(key) if key is not None else None
+    if graph is not None:  # Variables of the key's shapes and dtypes: no checks again
+        values = graph.call_exact([v.value for v in leaves])
+        outs = [Variable._result(a, dtype=y.dtype)
+                for a, y in zip(values, graph.outputs, strict=True)]
+        for tape in TAPES:
+            tape._record(graph, leaves, outs)
+        return outs[0] if graph.single else tuple(outs)
     leaves, spec_args, spec_kwargs = split_leaves(args, kwargs, is_variable)
     if TRACERS and any(v.symbolic for v in leaves):
         return _symbolic(fn, args, kwargs)
     graph = trace(fn, spec_args, spec_kwargs)
+    if key is not None:
+        quick_store(key, graph)
     outs = run(graph, leaves)
     return outs[0] if graph.single else tuple(outs)
 
 
+_PLAIN = frozenset((int, float, bool, str, type(None)))
+_KEYWORDS = object()  # where the keyword arguments start in a quick key
+
+
+def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
+    """``(key, Variables)`` of a call whose arguments are concrete Variables and plain
+    static values (numbers, strings, None, tuples of ints): each Variable as its shape and
+    dtype, each value as its type and itself (``1``, ``1.0`` and ``True`` are three
+    templates, as ``freeze`` keeps them); the Variables in ``split_leaves``' order.
+    ``(None, [])`` for any other call, and while a whole function is traced."""
+    if TRACERS:
+        return None, []
+    key: list = [fn]
+    leaves: list = []
+    items = args if not kwargs else (*args, *(
+        part for name in sorted(kwargs) for part in (_KEYWORDS, name, kwargs[name])))
+    for a in items:
+        kind = type(a)
+        if kind is Variable:
+            if a.value is None:
+                return None, []
+            leaves.append(a)
+            key += (a.value.shape, a._dtype)
+        elif kind in _PLAIN or (kind is tuple and all(type(n) is int for n in a)):
+            key += (kind, a)
+        elif a is _KEYWORDS:
+            key.append(a)
+        else:
+            return None, []
+    return tuple(key), leaves
+
+
 def run(graph: GraphFunction, inputs: Sequence[Variable]) -> list[Variable]:
     """Run a traced graph on Variables and record it on the active tapes."""
-    values = graph(*(v.numpy() for v in inputs))
-    outs = [Variable._result(np.asarray(a)) for a in values]
+    values = graph(*[v.numpy() for v in inputs])
+    outs = [Variable._result(a, dtype=y.dtype) for a, y in zip(values, graph.outputs,
+                                                                strict=True)]
     for tape in TAPES:
         tape._record(graph, list(inputs), outs)
     return outs

@@ -103,6 +103,12 @@ class CompiledKernel:
         self.err_address = ctypes.addressof(self.err)
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
+        return self.call([arrays[a] for a, _, _ in self.reads], arrays, pool)
+
+    def call(self, reads: list, arrays: dict | None = None,
+             pool: BufferPool | None = None) -> np.ndarray:
+        """The kernel on ``reads`` (the arrays it reads, in ``self.reads``' order, each of
+        its tensor's shape); the other tensors it writes go into ``arrays``."""
         fn = self.fn or self.bound()
         if pool is not None and self.pooled:
             out = pool.take(self.shape, self.dtype_name)
@@ -112,8 +118,7 @@ class CompiledKernel:
         for u, shape, dtype in self.written:
             arrays[u] = pool.take(shape, dtype) if pool is not None else np.empty(shape, dtype)
             held.append(arrays[u])
-        for a, dtype, strides in self.reads:
-            arr = arrays[a]
+        for arr, (_, dtype, strides) in zip(reads, self.reads, strict=True):
             if (type(arr) is not np.ndarray or arr.dtype is not dtype
                     or arr.strides != strides):  # (a copy if not a C-order array)
                 arr = np.ascontiguousarray(arr, dtype=dtype)

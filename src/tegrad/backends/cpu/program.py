@@ -132,6 +132,27 @@ class CpuProgram:
         self.host = HostOps.for_options(options)  # (scatters: NumPy-run)
         if top:
             unit.load()
+        self.direct = self._direct_call() if top else None
+
+    def _direct_call(self):
+        """``run`` by position for a program that is one small compiled kernel reading
+        only the inputs, with no scratch tensor and no BLAS to hold (an eager op: ``x + y``
+        on small arrays): the input arrays, of their placeholders' shapes and dtypes (the
+        caller checks), straight to the kernel, with no feed, no pool and no liveness.
+        None for any other program."""
+        if len(self.plan.kernels) != 1 or self.holds_blas_threads:
+            return None
+        (kernel,), (step,) = self.plan.kernels, self.steps
+        if (not isinstance(step, CompiledKernel) or step.written or step.pooled
+                or list(self.plan.outputs) != [kernel.tensor]
+                or any(a not in self.inputs for a, _, _ in step.reads)):
+            return None
+        positions = [self.inputs.index(a) for a, _, _ in step.reads]
+
+        def direct(arrays) -> list[np.ndarray]:
+            return [step.call([arrays[k] for k in positions])]
+
+        return direct
 
     def run(self, feed: dict) -> list[np.ndarray]:
         if not self.top:
