@@ -16,11 +16,12 @@ over tegrad's timed calls: every call after the first is a hit, so the time is t
 a compiled template being looked up and run, not traced. A second table splits
 tegrad's time for ``add`` into its stages.
 
-Training step: forward and backward of an MLP (64 -> 128 -> 10, ReLU, cross-entropy,
-a batch of 64, float32): tegrad eager under a tape, tegrad with the loss under
-``tg.jit`` (one graph) under a tape, and ``torch.autograd``; the gradients are
-checked against torch's once. The times are medians over ``--repeat`` runs, the three
-callables taking turns.
+Training step: forward and backward of three networks, a batch of 64, float32 (an MLP
+64 -> 128 -> 10, an MLP 784 -> 256 -> 256 -> 10, and the digits CNN of
+``examples/digits_models.py``): tegrad eager under a tape, tegrad with the loss under
+``tg.jit`` (one graph) under a tape, and ``torch.autograd``; the loss and gradients are
+checked against torch's before timing (a failure stops the run). The times are medians
+over ``--repeat`` runs, the three callables taking turns.
 
 Threads: one by default (``--threads N`` to change). On tiny tensors a second thread
 does no useful work, and on a loaded machine torch's OpenMP workers then stall: softmax
@@ -31,6 +32,7 @@ against ~10 µs with one.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import statistics
@@ -172,31 +174,22 @@ def add_breakdown(repeat: int, rng):
 # training step ---------------------------------------------------------------------------
 
 
-class MLP:
-    """64 -> 128 -> 10, ReLU, mean cross-entropy; the same weights on both sides."""
+class Network:
+    """A model's loss on both sides, the same weights and batch: ``tegrad_loss(x, y, *params)``
+    on Variables (eager op by op, or under ``tg.jit`` as one graph) and ``torch_loss`` on
+    tensors; ``arrays`` the initial weights (torch.nn's initialisation, drawn with NumPy)."""
 
-    def __init__(self, rng, batch=64, sizes=(64, 128, 10)):
+    def __init__(self, name, x, y, arrays, tegrad_loss, torch_loss):
         import torch
 
-        n_in, hidden, n_out = sizes
-        b1, b2 = 1 / np.sqrt(n_in), 1 / np.sqrt(hidden)  # torch.nn.Linear's initialisation
-        arrays = [rng.uniform(-b1, b1, (n_in, hidden)), rng.uniform(-b1, b1, hidden),
-                  rng.uniform(-b2, b2, (hidden, n_out)), rng.uniform(-b2, b2, n_out)]
-        arrays = [a.astype(np.float32) for a in arrays]
-        self.x = rng.standard_normal((batch, n_in)).astype(np.float32)
-        self.y = rng.integers(0, n_out, batch).astype(np.int64)
-        self.params = [tg.Variable(a, name=n) for a, n in zip(arrays, ("w1", "b1", "w2", "b2"),
-                                                               strict=True)]
-        self.xv, self.yv = tg.Variable(self.x, trainable=False), tg.Variable(self.y)
-        self.loss_jit = tg.jit(self.loss)
-        self.torch = torch
+        self.name = name
+        self.params = [tg.Variable(a, name=f"p{k}") for k, a in enumerate(arrays)]
+        self.xv, self.yv = tg.Variable(x, trainable=False), tg.Variable(y)
+        self.loss = tegrad_loss
+        self.loss_jit = tg.jit(tegrad_loss)
+        self.torch, self.torch_loss = torch, torch_loss
         self.tparams = [torch.from_numpy(a.copy()).requires_grad_() for a in arrays]
-        self.tx, self.ty = torch.from_numpy(self.x), torch.from_numpy(self.y)
-
-    @staticmethod
-    def loss(x, y, w1, b1, w2, b2):
-        h = tg.nn.relu(x @ w1 + b1)
-        return tg.nn.cross_entropy(h @ w2 + b2, y)
+        self.tx, self.ty = torch.from_numpy(x), torch.from_numpy(y)
 
     def eager_step(self):
         with tg.GradientTape() as tape:
@@ -209,30 +202,91 @@ class MLP:
         return loss, tape.gradient(loss, self.params)
 
     def torch_step(self):
-        F = self.torch.nn.functional  # noqa: N806
-        w1, b1, w2, b2 = self.tparams
-        loss = F.cross_entropy(F.relu(self.tx @ w1 + b1) @ w2 + b2, self.ty)
+        loss = self.torch_loss(self.tx, self.ty, *self.tparams)
         return loss, self.torch.autograd.grad(loss, self.tparams)
 
 
-def run_training(repeat: int, rng):
-    model = MLP(rng)
-    ref_loss, ref_grads = model.torch_step()
-    checks = []
-    for name, step in (("eager", model.eager_step), ("jit", model.jit_step)):
-        loss, grads = step()
-        worst = max(float(np.abs(np.asarray(g) - r.numpy()).max())
-                    for g, r in zip(grads, ref_grads, strict=True))
-        checks.append((name, abs(float(loss) - ref_loss.item()), worst))
-    model.eager_step()
-    before = cache_info()
-    times = median_ms([model.eager_step, model.jit_step, model.torch_step], repeat)
-    after = cache_info()
-    hits, misses = after.hits - before.hits, after.misses - before.misses
-    with tg.GradientTape() as tape:
-        model.loss(model.xv, model.yv, *model.params)
-    ops_per_step = len(tape._records)
-    return times, checks, hits / max(hits + misses, 1), ops_per_step
+def _uniform(rng, fan_in: int, *shape):
+    bound = 1 / np.sqrt(fan_in)
+    return rng.uniform(-bound, bound, shape).astype(np.float32)
+
+
+def mlp(rng, sizes: tuple[int, ...], batch: int = 64) -> Network:
+    """Linear layers of ``sizes`` with ReLU between, mean cross-entropy."""
+    import torch
+
+    arrays = []
+    for n_in, n_out in itertools.pairwise(sizes):
+        arrays += [_uniform(rng, n_in, n_in, n_out), _uniform(rng, n_in, n_out)]
+
+    def ours(x, y, *p):
+        for k in range(0, len(p), 2):
+            x = x @ p[k] + p[k + 1]
+            x = tg.nn.relu(x) if k + 2 < len(p) else x
+        return tg.nn.cross_entropy(x, y)
+
+    def theirs(x, y, *p):
+        for k in range(0, len(p), 2):
+            x = x @ p[k] + p[k + 1]
+            x = torch.relu(x) if k + 2 < len(p) else x
+        return torch.nn.functional.cross_entropy(x, y)
+
+    x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
+    y = rng.integers(0, sizes[-1], batch).astype(np.int64)
+    return Network("MLP " + "-".join(map(str, sizes)), x, y, arrays, ours, theirs)
+
+
+def digits_cnn(rng, batch: int = 64) -> Network:
+    """examples/digits_models.py's CNN: 1x8x8 images, conv 3x3 1->8, ReLU, max pool 2,
+    conv 3x3 8->16, ReLU, max pool 2, linear 64->10, mean cross-entropy."""
+    import torch
+    F = torch.nn.functional  # noqa: N806
+
+    arrays = [_uniform(rng, 9, 8, 1, 3, 3), _uniform(rng, 9, 8),
+              _uniform(rng, 72, 16, 8, 3, 3), _uniform(rng, 72, 16),
+              _uniform(rng, 64, 10, 64), _uniform(rng, 64, 10)]
+
+    def ours(x, y, w1, b1, w2, b2, w3, b3):
+        nn = tg.nn
+        h = nn.max_pool2d(nn.relu(nn.conv2d(x, w1, b1, padding=1)), 2)
+        h = nn.max_pool2d(nn.relu(nn.conv2d(h, w2, b2, padding=1)), 2)
+        return nn.cross_entropy(nn.linear(nn.flatten(h, 1), w3, b3), y)
+
+    def theirs(x, y, w1, b1, w2, b2, w3, b3):
+        h = F.max_pool2d(F.relu(F.conv2d(x, w1, b1, padding=1)), 2)
+        h = F.max_pool2d(F.relu(F.conv2d(h, w2, b2, padding=1)), 2)
+        return F.cross_entropy(F.linear(torch.flatten(h, 1), w3, b3), y)
+
+    x = rng.standard_normal((batch, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, batch).astype(np.int64)
+    return Network("digits CNN", x, y, arrays, ours, theirs)
+
+
+def run_training(repeat: int, rng) -> list[dict]:
+    """Per network: the three steps' median times, each checked against torch first."""
+    rows = []
+    for model in (mlp(rng, (64, 128, 10)), mlp(rng, (784, 256, 256, 10)), digits_cnn(rng)):
+        ref_loss, ref_grads = model.torch_step()
+        checks = []
+        for name, step in (("eager", model.eager_step), ("jit", model.jit_step)):
+            loss, grads = step()
+            worst = max(float(np.abs(np.asarray(g) - r.numpy()).max() / np.abs(r.numpy()).max())
+                        for g, r in zip(grads, ref_grads, strict=True))
+            dloss = abs(float(loss) - ref_loss.item())
+            if dloss > 1e-4 or worst > 1e-4:
+                raise AssertionError(f"{model.name} {name}: loss off by {dloss:.1e}, a gradient "
+                                     f"by {worst:.1e} of its largest element")
+            checks.append((name, dloss, worst))
+        model.eager_step()
+        before = cache_info()
+        times = median_ms([model.eager_step, model.jit_step, model.torch_step], repeat)
+        after = cache_info()
+        hits, misses = after.hits - before.hits, after.misses - before.misses
+        with tg.GradientTape() as tape:
+            model.loss(model.xv, model.yv, *model.params)
+        rows.append(dict(name=model.name, times=times, checks=checks,
+                         rate=hits / max(hits + misses, 1), ops=len(tape._records)))
+    return rows
 
 
 # output --------------------------------------------------------------------------------
@@ -258,7 +312,7 @@ def main(argv=None) -> int:
     with bench_shared.OtherLoad() as other:
         dispatch = run_dispatch(rounds, rng)
         breakdown = add_breakdown(rounds, rng)
-        train_times, checks, train_rate, ops_per_step = run_training(train_rounds, rng)
+        training = run_training(train_rounds, rng)
 
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print("tegrad eager (tg.Variable, NumPy backend) against PyTorch eager, CPU, float32")
@@ -284,21 +338,22 @@ def main(argv=None) -> int:
         ("stage", "µs", "share of the whole op"),
         [(name, f"{t:.1f}", f"{100 * t / total:.0f}%") for name, t in breakdown],
         args.markdown)
-    eager, jit, ref = train_times
+    cells = []
+    for row in training:
+        eager, jit, ref = row["times"]
+        cells.append((row["name"], f"{eager:.2f}", f"{eager / ref:.2f}", f"{jit:.2f}",
+                      f"{jit / ref:.2f}", f"{ref:.2f}", str(row["ops"]),
+                      f"{100 * row['rate']:.1f}%"))
     bench_shared.print_table(
-        f"training step, MLP 64-128-10, batch 64, float32: forward + backward, "
-        f"median of {train_rounds} runs (ms)",
-        ("side", "ms", "ratio to torch"),
-        [("tegrad eager under a tape", f"{eager:.2f}", f"{eager / ref:.1f}"),
-         ("tegrad tg.jit(loss) under a tape", f"{jit:.2f}", f"{jit / ref:.1f}"),
-         ("torch.autograd", f"{ref:.2f}", "1.0")],
-        args.markdown)
-    print(f"eager step: {ops_per_step} recorded ops per forward; trace cache hit rate over the "
-          f"timed steps {100 * train_rate:.1f}% (VJP graphs are cached on each template, "
-          "outside these counts)")
-    for name, dloss, dgrad in checks:
-        print(f"check {name} against torch: |loss diff| {dloss:.1e}, max |grad diff| "
-              f"{dgrad:.1e}")
+        f"training step, batch 64, float32: forward + backward, median of {train_rounds} "
+        "runs (ms; ratios to torch)",
+        ("network", "eager (tape)", "/torch", "tg.jit(loss) (tape)", "/torch",
+         "torch.autograd", "ops per eager forward", "trace cache hits"),
+        cells, args.markdown)
+    worst = max(max(d, g) for row in training for _, d, g in row["checks"])
+    print(f"checked before timing, eager and jit against torch: loss and every gradient "
+          f"within {worst:.1e} (relative to each gradient's largest element)")
+    print("(the VJP graphs are cached on each template, outside the trace-cache counts)")
     return 0
 
 

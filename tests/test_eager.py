@@ -668,6 +668,82 @@ def test_jit_second_order_and_several_outputs():
     close(e, np.exp(x.numpy()))
 
 
+def _classifier(x, y, w1, b1, w2):
+    return tg.nn.cross_entropy(tg.tanh(x @ w1 + b1) @ w2, y)
+
+
+def _torch_classifier_grads(arrays):
+    torch = pytest.importorskip("torch")
+    x, y, *weights = (torch.from_numpy(a) for a in arrays)
+    weights = [w.requires_grad_() for w in weights]
+    w1, b1, w2 = weights
+    loss = torch.nn.functional.cross_entropy(torch.tanh(x @ w1 + b1) @ w2, y)
+    return loss.item(), [g.numpy() for g in torch.autograd.grad(loss, weights)]
+
+
+def test_jit_under_one_tape_runs_no_forward_again(monkeypatch):
+    """Under one tape a jit graph's forward keeps what its VJP reads: the backward is the
+    split VJP's (no ``GraphFunction.vjp``, which would recompute the forward), and its
+    gradients are torch's in float64, also from a persistent tape twice."""
+    rng = np.random.default_rng(8)
+    arrays = [rng.standard_normal((6, 4)), rng.integers(0, 3, 6), rng.standard_normal((4, 5)),
+              rng.standard_normal(5), rng.standard_normal((5, 3))]
+    x, y = tg.Variable(arrays[0], trainable=False), tg.Variable(arrays[1])
+    weights = [tg.Variable(a) for a in arrays[2:]]
+    fast = tg.jit(_classifier)
+    want_loss, want = _torch_classifier_grads(arrays)
+    with tg.GradientTape(persistent=True) as tape:
+        loss = fast(x, y, *weights)
+    (record,) = tape._records
+    assert record.kept is not None
+
+    def no_recompute(*args, **kwargs):
+        raise AssertionError("the tape ran the VJP that recomputes the forward")
+
+    monkeypatch.setattr(tg.function.GraphFunction, "vjp", no_recompute)
+    for _ in range(2):
+        grads = tape.gradient(loss, weights)
+        close(loss, want_loss)
+        for got, expected in zip(grads, want, strict=True):
+            np.testing.assert_allclose(value(got), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_jit_kept_values_are_those_of_the_call():
+    """Weights assigned after the forward (an optimizer step) leave the kept values, as
+    the eager tape's recorded arrays: the gradient is at the values the call saw."""
+    rng = np.random.default_rng(9)
+    arrays = [rng.standard_normal((6, 4)), rng.integers(0, 3, 6), rng.standard_normal((4, 5)),
+              rng.standard_normal(5), rng.standard_normal((5, 3))]
+    x, y = tg.Variable(arrays[0], trainable=False), tg.Variable(arrays[1])
+    weights = [tg.Variable(a.copy()) for a in arrays[2:]]
+    with tg.GradientTape() as tape:
+        loss = tg.jit(_classifier)(x, y, *weights)
+    for w in weights:
+        w.assign(w.numpy() * 3)
+    _, want = _torch_classifier_grads(arrays)
+    for got, expected in zip(tape.gradient(loss, weights), want, strict=True):
+        np.testing.assert_allclose(value(got), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_jit_under_nested_tapes_records_its_backward():
+    """Two tapes: the jit graph runs whole (no kept values), and the inner backward is
+    recorded on the outer tape (second order of a jit graph with weights)."""
+    w = tg.Variable(np.array([0.3, -0.7]))
+
+    @tg.jit
+    def f(x):
+        return (tg.sin(x * w)).sum()
+
+    x = tg.Variable(np.array([1.2, 0.4]))
+    with tg.GradientTape() as outer:
+        with tg.GradientTape() as inner:
+            y = f(x)
+        assert inner._records[0].kept is None
+        dx = inner.gradient(y, x)
+    close(dx, w.numpy() * np.cos(x.numpy() * w.numpy()))
+    close(outer.gradient(dx, x), -(w.numpy() ** 2) * np.sin(x.numpy() * w.numpy()))
+
+
 def test_jit_traced_values_cannot_be_read():
     @tg.jit
     def f(x):

@@ -111,7 +111,7 @@ def jit(fn: Callable) -> Callable:
         traced = cache.get(key)
         if traced is None:
             traced = cache[key] = _Traced(fn, xs, kwargs)
-        outs = run(traced.graph, [*xs, *traced.captured])
+        outs = run(traced.graph, [*xs, *traced.captured], keep=True)
         return outs[0] if traced.single else tuple(outs)
     wrapper.cache = cache
     return wrapper

@@ -37,6 +37,8 @@ class Record:
     inputs: list[Variable]
     outputs: list[Variable]
     values: list  # the inputs' arrays when the operation ran (``assign`` replaces them)
+    # (wrt, split, saved) where the forward kept what the VJP of inputs[wrt] reads
+    kept: tuple | None = None
 
     def inputs_as_recorded(self) -> list[Variable]:
         """The inputs for the backward: the Variable itself while it still holds the
@@ -126,7 +128,13 @@ class GradientTape:
     def watched_variables(self) -> tuple[Variable, ...]:
         return tuple(self._watched.values())
 
-    def _record(self, graph, inputs, outputs) -> None:
+    def differentiated(self, graph, inputs) -> tuple[int, ...]:
+        """The float inputs of an operation about to run that this tape would
+        differentiate: connected, or trainable and watched when accessed."""
+        return tuple(k for k in graph.float_inputs if id(inputs[k]) in self._connected or (
+            self.watch_accessed_variables and inputs[k].trainable))
+
+    def _record(self, graph, inputs, outputs, kept: tuple | None = None) -> None:
         live = False
         for v in inputs:
             if id(v) in self._connected:
@@ -136,7 +144,7 @@ class GradientTape:
                 live = True
         if not live:
             return
-        self._records.append(Record(graph, inputs, outputs, [v.value for v in inputs]))
+        self._records.append(Record(graph, inputs, outputs, [v.value for v in inputs], kept))
         for k in graph.float_outputs:
             self._connected[id(outputs[k])] = outputs[k]
 
@@ -204,7 +212,14 @@ class GradientTape:
             if not wrt:
                 continue
             heads_in = [adjoints[id(y)] if id(y) in adjoints else _zeros_like(y) for y in floats]
-            grads = run(rec.graph.vjp(wrt), [*rec.inputs_as_recorded(), *heads_in])
+            if rec.kept is not None and rec.kept[0] == wrt and not TAPES:
+                # the kept forward values, no outer tape to record the backward on
+                _, split, saved = rec.kept
+                grads = [Variable._result(np.asarray(a, dtype=rec.inputs[k].dtype))
+                         for k, a in zip(wrt, split.backward(saved, [h.numpy() for h in heads_in]),
+                                         strict=True)]
+            else:
+                grads = run(rec.graph.vjp(wrt), [*rec.inputs_as_recorded(), *heads_in])
             for k, g in zip(wrt, grads, strict=True):
                 _accumulate(adjoints, rec.inputs[k], g)
         return adjoints

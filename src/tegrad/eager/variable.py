@@ -401,8 +401,22 @@ def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
     return tuple(key), leaves
 
 
-def run(graph: GraphFunction, inputs: Sequence[Variable]) -> list[Variable]:
-    """Run a traced graph on Variables and record it on the active tapes."""
+def run(graph: GraphFunction, inputs: Sequence[Variable], keep: bool = False
+        ) -> list[Variable]:
+    """Run a traced graph on Variables and record it on the active tapes. ``keep`` (a
+    whole ``tg.jit`` graph): where one tape records it and differentiates some of its
+    inputs, run the forward that keeps what their VJP reads (``GraphFunction.split_vjp``),
+    so that the tape's backward runs no part of the forward again."""
+    if keep and len(TAPES) == 1:
+        tape = TAPES[0]
+        wrt = tape.differentiated(graph, inputs)
+        if wrt:
+            split = graph.split_vjp(wrt)
+            results, saved = split.forward(graph.feed([v.numpy() for v in inputs]))
+            outs = [Variable._result(a, dtype=y.dtype)
+                    for a, y in zip(graph.checked(results), graph.outputs, strict=True)]
+            tape._record(graph, list(inputs), outs, kept=(wrt, split, saved))
+            return outs
     values = graph(*[v.numpy() for v in inputs])
     outs = [Variable._result(a, dtype=y.dtype) for a, y in zip(values, graph.outputs,
                                                                 strict=True)]
