@@ -68,6 +68,7 @@ class GraphFunction:
         self.float_outputs = tuple(k for k, y in enumerate(self.outputs) if dt.is_float(y.dtype))
         self._out_dtypes = tuple((y, np.dtype(y.dtype)) for y in self.outputs)
         self._program: Callable | None = None
+        self._direct: Callable | None = None  # call_exact's runner, once built
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
         self._splits: dict[tuple[int, ...], SplitVJP] = {}
@@ -97,14 +98,14 @@ class GraphFunction:
         straight (``CpuProgram.direct``, which makes its output of the right shape)."""
         direct = self._direct
         if direct is None:
-            return self(*arrays)
+            if self._program is None:
+                return self(*arrays)  # (built on the first call)
+            direct = self._direct = getattr(getattr(self._program, "program", None), "direct",
+                                            None) or self._general
         return direct(arrays)
 
-    @property
-    def _direct(self):
-        if self._program is None:
-            return None
-        return getattr(getattr(self._program, "program", None), "direct", None)
+    def _general(self, arrays: list) -> tuple[np.ndarray, ...]:
+        return self(*arrays)
 
     def feed(self, arrays: Sequence) -> dict:
         """The placeholders' feed for ``arrays``, each checked (and cast) as a call's."""

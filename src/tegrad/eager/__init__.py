@@ -12,7 +12,7 @@ from collections.abc import Iterable, MutableMapping
 
 import numpy as np
 
-from .variable import Variable, apply
+from .variable import PLAIN, Variable, apply
 
 
 def _holds_variable(value) -> bool:
@@ -36,6 +36,16 @@ def eager_aware(fn):
     """``fn`` unchanged on tensors; on Variables, one eager operation (``variable.apply``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        # the common call, Variables and plain values only, decided in one pass
+        variables = False
+        for a in (*args, *kwargs.values()) if kwargs else args:
+            kind = type(a)
+            if kind is Variable:
+                variables = True
+            elif kind not in PLAIN:
+                break
+        else:
+            return apply(fn, *args, **kwargs) if variables else fn(*args, **kwargs)
         if any(_holds_variable(a) for a in args) or any(
                 _holds_variable(v) for v in kwargs.values()):
             args = tuple(_as_operand(a) for a in args)

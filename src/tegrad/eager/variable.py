@@ -282,6 +282,9 @@ def operand(value, like: Variable) -> Variable:
     value)."""
     if isinstance(value, Variable):
         return value
+    kind = type(value)
+    if (kind is float or kind is int) and like._dtype.startswith("float"):  # ``x * 0.5``
+        return Variable._result(np.array(value, dtype=like._dtype), dtype=like._dtype)
     array = np.asarray(value)
     if array.dtype.kind in "fiub" and like.dtype.startswith("float") and array.dtype.kind != "b":
         if not isinstance(value, np.ndarray) or array.dtype.kind != "f":
@@ -369,7 +372,7 @@ def apply(fn, *args, **kwargs):
     return outs[0] if graph.single else tuple(outs)
 
 
-_PLAIN = frozenset((int, float, bool, str, type(None)))
+PLAIN = frozenset((int, float, bool, str, type(None)))  # static values a quick key holds
 _KEYWORDS = object()  # where the keyword arguments start in a quick key
 
 
@@ -383,8 +386,11 @@ def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
         return None, []
     key: list = [fn]
     leaves: list = []
-    items = args if not kwargs else (*args, *(
-        part for name in sorted(kwargs) for part in (_KEYWORDS, name, kwargs[name])))
+    items = args
+    if kwargs:
+        items = list(args)
+        for name in sorted(kwargs):
+            items += (_KEYWORDS, name, kwargs[name])
     for a in items:
         kind = type(a)
         if kind is Variable:
@@ -392,7 +398,7 @@ def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
                 return None, []
             leaves.append(a)
             key += (a.value.shape, a._dtype)
-        elif kind in _PLAIN or (kind is tuple and all(type(n) is int for n in a)):
+        elif kind in PLAIN or (kind is tuple and all(type(n) is int for n in a)):
             key += (kind, a)
         elif a is _KEYWORDS:
             key.append(a)
