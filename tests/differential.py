@@ -103,6 +103,7 @@ SETTINGS = {
     "value_bounds": (dict(value_bounds=True), dict(value_bounds=False)),
     "order_reductions": (dict(order_reductions=True), dict(order_reductions=False)),
     "scatter": (dict(compiled_scatters=True), dict(compiled_scatters=False)),
+    "thin_batch": (dict(thin_batch=1 << 30), dict(thin_batch=0)),
 }
 
 

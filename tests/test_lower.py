@@ -834,3 +834,48 @@ def test_products_over_heads_are_batches_of_matrix_products():
     assert_matches(dQ, "contraction", host=HostOps(matmul=matmul))
     assert len(products) == N
     assert all(a == (1, H, L, S) and b == (1, H, S, D) for a, b in products), products
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+@pytest.mark.parametrize("shape", [(4, 8, 16, 2, 1, 3), (4, 8, 16, 4, 2, 3), (4, 8, 16, 4, 2, 1),
+                                   (3, 6, 10, 3, 1, 1)], ids=str)
+def test_thin_batches_join_the_product(monkeypatch, target, shape):
+    """A convolution of small images and its gradients, with the images joined to the
+    products' free dimensions (``products._merge_thin_batch``: it must happen on the
+    reference target; the cpu target may write a product this small as a loop nest) and
+    without (``thin_batch=0``): both torch's in float64."""
+    torch = pytest.importorskip("torch")
+    if target == "cpu" and compiler() is None:
+        pytest.skip("no C compiler")
+    from tegrad.backends.host import products
+
+    merged = []
+    real = products._merge_thin_batch
+
+    def spy(prefix, *args):
+        out = real(prefix, *args)
+        merged.append(len(out[0]) < len(prefix))
+        return out
+
+    monkeypatch.setattr(products, "_merge_thin_batch", spy)
+    n, c, o, s, stride, k = shape
+    X = tg.placeholder((n, c, s, s), "float64", name="X")
+    W = tg.placeholder((o, c, k, k), "float64", name="W")
+    Y = tg.nn.conv2d(X, W, None, stride=stride, padding=k // 2)
+    H = tg.placeholder(Y.shape, "float64", name="H")
+    dX, dW = tg.gradient(Y, [X, W], head=H)
+    rng = np.random.default_rng(sum(shape))
+    x, w, h = (rng.standard_normal(t.shape) for t in (X, W, H))
+    tx, tw = (torch.from_numpy(a).requires_grad_() for a in (x, w))
+    ty = torch.nn.functional.conv2d(tx, tw, None, stride, k // 2)
+    want = [ty.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(ty, [tx, tw],
+                                                                            torch.from_numpy(h)))]
+    base = tg.Options.from_environment()
+    for thin in (base.thin_batch, 0):
+        merged.clear()
+        got = tg.build([X, W, H], [Y, dX, dW], target=target,
+                       options=base.replace(thin_batch=thin))(x, w, h)
+        if target == "numpy":
+            assert any(merged) == bool(thin)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

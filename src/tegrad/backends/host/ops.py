@@ -84,12 +84,14 @@ class HostOps:
     trace: object = None
     min_phases: int = 2
     overlap_bytes: int = 24 << 20
+    thin_batch: int = 64  # (Options.thin_batch; products.py)
 
     @classmethod
     def for_options(cls, options: Options) -> HostOps:
         """NumPy's products and copies (copies on ``options.machine.copy_threads``)."""
         return cls(copy=partial(numpy_copy, threads=options.machine.copy_threads),
-                   min_phases=options.min_phases, overlap_bytes=options.overlap_bytes)
+                   min_phases=options.min_phases, overlap_bytes=options.overlap_bytes,
+                   thin_batch=options.thin_batch)
 
     def replace(self, **changes) -> HostOps:
         return replace(self, **changes)

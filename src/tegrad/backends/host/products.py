@@ -167,6 +167,8 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
         m_vars = [v for v in order if side(v) == m_side]
         n_vars = [v for v in order if side(v) == n_side]
     (x, xv), (y, yv) = ((a, av), (b, bv)) if n_side == "b" else ((b, bv), (a, av))
+    prefix, m_vars, n_vars = _merge_thin_batch(prefix, m_vars, n_vars, side, n_side,
+                                               (x, xv), (y, yv), ext, host.thin_batch)
     k_vars = [v for v in xv if v in yv and v not in outs]
     big, big_vars = (x, xv) if x.size >= y.size else (y, yv)
     k_vars.sort(key=lambda v: -abs(big.strides[big_vars.index(v)]))
@@ -200,6 +202,32 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
         else:
             _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
                   host)
+
+
+def _merge_thin_batch(prefix, m_vars, n_vars, side, n_side, x, y, ext, thin: int):
+    """``(prefix, m_vars, n_vars)`` with each batch variable that one operand reads moved
+    into that operand's free dimensions, where its products are thin (a free extent under
+    ``thin``, ``Options.thin_batch``) and the other operand at least as large as one
+    batch of it. A convolution of small images, ``Y[n, o, p, q] = sum W[o, c, r, s]
+    X[n, c, p + r, q + s]`` at 2 x 2, batched over the images ``n``, reads all of ``W``
+    once per image for a product of 4 columns (a matrix-vector product each, at memory
+    speed); one product of ``4 N`` columns reads it once. The thin operand and the
+    result are then copied into place (``arrange``, ``_write``): small, since the
+    products were thin."""
+    (xa, xv), (ya, yv) = x, y
+    for v in [v for v in prefix if side(v) != "ab"]:
+        mine_n = side(v) == n_side
+        free = n_vars if mine_n else m_vars
+        thin_op, thin_vars, other = (ya, yv, xa) if mine_n else (xa, xv, ya)
+        if (math.prod(ext[w] for w in free) >= thin
+                or other.size * ext[v] < thin_op.size or v not in thin_vars):
+            continue
+        prefix = [w for w in prefix if w is not v]
+        if mine_n:
+            n_vars = [v, *n_vars]
+        else:
+            m_vars = [v, *m_vars]
+    return prefix, m_vars, n_vars
 
 
 def _batch_merges(a: np.ndarray, vs: list, prefix: list, ext: dict) -> bool:
