@@ -233,3 +233,32 @@ def test_scatter_conditions_are_read_under_the_ones_before_them(target):
     value, grad = tg.build([X], [T, dX], target=target)(x)
     assert value == sum(max(x[r, v] for v in table[r] if 0 <= v < 3) for r in range(4))
     np.testing.assert_array_equal(grad, want)
+
+
+@pytest.mark.parametrize("target", ["numpy", "cpu"])
+def test_a_guard_that_reads_through_ids_is_checked_under_the_guards_before_it(target):
+    """``sum_{a in {2, 3}} tanh(max_b X[a // 2, ids[b, a]] where 0 <= ids[b, a] < 3)``: the
+    gradient's scatter has the tie test ``X[j0, ids[b, 2 j0 + rho]] == max(...)`` among its
+    conditions; the reference checked a gather's index under each condition evaluated
+    alone, so that test's own read of ``X[.., -1]`` raised (a fuzz failure, seed 11)."""
+    table = np.array([[1, 2, 0, 0], [-1, 2, 2, 0]])
+    X = tg.placeholder((4, 3), "float64", name="X")
+    ids = _id_table(table, (2, 4))
+    a, b = tg.reduce_axis((0, 4), "a"), tg.reduce_axis((0, 2), "b")
+    T = tg.compute((), lambda: tg.sum(tg.tanh(tg.max(
+        X[a // 2, ids[b, a]], b, where=tg.all(ids[b, a] >= 0, ids[b, a] < 3))), a,
+        where=tg.any(a < 0, 1 < a)), name="T")
+    (dX,) = tg.gradient(T, [X])
+    x = np.random.default_rng(0).standard_normal((4, 3))
+
+    def value(v):
+        return sum(np.tanh(max(v[k // 2, i] for i in table[:, k] if 0 <= i < 3)) for k in (2, 3))
+
+    want = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+        step = np.zeros_like(x)
+        step[idx] = 1e-6
+        want[idx] = (value(x + step) - value(x - step)) / 2e-6
+    got_value, got = tg.build([X], [T, dX], target=target)(x)
+    np.testing.assert_allclose(got_value, value(x), rtol=1e-14)
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)

@@ -264,8 +264,8 @@ class Evaluator:
         bad = (values < 0) | (values >= dim)
         if not bad.any():
             return
-        for c in conds:
-            bad = bad & self.go(c, depth, ())
+        for k, c in enumerate(conds):  # each condition read under the ones before it
+            bad = bad & self.go(c, depth, conds[:k])
         if bad.any():
             where = tuple(np.argwhere(bad)[0])
             value = np.broadcast_to(values, bad.shape)[where]
