@@ -839,25 +839,31 @@ def test_products_over_heads_are_batches_of_matrix_products():
 @pytest.mark.parametrize("target", ["numpy", "cpu"])
 @pytest.mark.parametrize("shape", [(4, 8, 16, 2, 1, 3), (4, 8, 16, 4, 2, 3), (4, 8, 16, 4, 2, 1),
                                    (3, 6, 10, 3, 1, 1)], ids=str)
-def test_thin_batches_join_the_product(monkeypatch, target, shape):
+def test_thin_products_over_small_images(monkeypatch, target, shape):
     """A convolution of small images and its gradients, with the images joined to the
-    products' free dimensions (``products._merge_thin_batch``: it must happen on the
-    reference target; the cpu target may write a product this small as a loop nest) and
-    without (``thin_batch=0``): both torch's in float64."""
+    products' free dimensions (``products._merge_thin_batch``) and a 3 x 3 input gradient
+    run through its taps (``products._through_taps``), both of which must happen on the
+    reference target (the cpu target may write a product this small as a loop nest), and
+    without either (``thin_batch=0``): torch's values in float64 each time."""
     torch = pytest.importorskip("torch")
     if target == "cpu" and compiler() is None:
         pytest.skip("no C compiler")
     from tegrad.backends.host import products
 
-    merged = []
-    real = products._merge_thin_batch
+    merged, tapped = [], []
+    real, real_taps = products._merge_thin_batch, products._through_taps
 
     def spy(prefix, *args):
         out = real(prefix, *args)
         merged.append(len(out[0]) < len(prefix))
         return out
 
+    def spy_taps(*args):
+        tapped.append(real_taps(*args))
+        return tapped[-1]
+
     monkeypatch.setattr(products, "_merge_thin_batch", spy)
+    monkeypatch.setattr(products, "_through_taps", spy_taps)
     n, c, o, s, stride, k = shape
     X = tg.placeholder((n, c, s, s), "float64", name="X")
     W = tg.placeholder((o, c, k, k), "float64", name="W")
@@ -873,9 +879,27 @@ def test_thin_batches_join_the_product(monkeypatch, target, shape):
     base = tg.Options.from_environment()
     for thin in (base.thin_batch, 0):
         merged.clear()
+        tapped.clear()
         got = tg.build([X, W, H], [Y, dX, dW], target=target,
                        options=base.replace(thin_batch=thin))(x, w, h)
         if target == "numpy":
             assert any(merged) == bool(thin)
+            # the input gradient of a 3 x 3 convolution through its taps
+            assert any(tapped) == (bool(thin) and k == 3)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("size, split", [(4, False), (32, True)])
+def test_a_strided_conv_of_small_images_is_not_split_into_phases(size, split):
+    """Stride 2, 3 x 3 taps: on 32 x 32 images ``X`` is read through its phase planes
+    (``contraction.phase_split``), on 4 x 4 ones with a larger weight it is not (the split
+    would pad the weight to 4 x 4 taps on every call); with ``thin=0`` always."""
+    X = tg.placeholder((2, 64, size, size), "float32", name="X")
+    W = tg.placeholder((128, 64, 3, 3), "float32", name="W")
+    Y = tg.nn.conv2d(X, W, None, stride=2, padding=1)
+    thin = tg.Options.from_environment().thin_batch
+    (piece,) = match_contraction(Y, thin=thin).pieces
+    assert any(f.phases for f in piece.factors) == split
+    (piece,) = match_contraction(Y, thin=0).pieces
+    assert any(f.phases for f in piece.factors)

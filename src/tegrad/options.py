@@ -126,7 +126,10 @@ class Options:
     shared_rows_bytes: int = 1 << 20  # a scan weight's product split by rows (packed.py)
     min_phases: int = 2  # fewest residue classes written through one interleaving copy
     overlap_bytes: int = 24 << 20  # a weight gradient's input copied overlapped, up to
-    thin_batch: int = 64  # a product's free extent below which a one-sided batch joins it
+    # a thin output: fewer points than this on a product's free side (host/products.py:
+    # a one-sided batch joins it, shifted reads of the larger operand go through taps) or
+    # on a strided read's output variables (lower/contraction.py: no phase split)
+    thin_batch: int = 64
     free_unread: bool = True  # a tensor no later kernel reads back to the pool at once
     parallel_copy_elements: int = 1 << 16  # compiled layout copies split from this size
     parallel_transpose_elements: int = 1 << 14  # ... transposes from this one

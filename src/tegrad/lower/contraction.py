@@ -80,9 +80,12 @@ class _NoMatch(Exception):
     pass
 
 
-def match_contraction(t: Compute, max_widened_step: int = 4) -> Contraction | None:
+def match_contraction(t: Compute, max_widened_step: int = 4, thin: int = 0
+                      ) -> Contraction | None:
     """``t`` as a contraction, or None; an output column of a widened piece steps by at
-    most ``max_widened_step`` (``Options.max_widened_step``, see ``widening``)."""
+    most ``max_widened_step`` (``Options.max_widened_step``, see ``widening``); a strided
+    read of a thin output is not split into phases (``thin``: ``Options.thin_batch``, see
+    ``phase_split``)."""
     if not isinstance(t, Compute):
         return None
     body = t.body
@@ -97,7 +100,7 @@ def match_contraction(t: Compute, max_widened_step: int = 4) -> Contraction | No
     pieces = []
     try:
         for s in splits:
-            p = _piece(s, max_widened_step)
+            p = _piece(s, max_widened_step, thin)
             if p is not None:
                 pieces.append(p)
     except _NoMatch:
@@ -113,7 +116,7 @@ def match_contraction(t: Compute, max_widened_step: int = 4) -> Contraction | No
 # --------------------------------------------------------------------------------------
 
 
-def _piece(s: Split, max_widened_step: int) -> Piece | None:
+def _piece(s: Split, max_widened_step: int, thin: int = 0) -> Piece | None:
     """The piece, None when it is identically zero; raises _NoMatch."""
     source, where = s.exprs
     factors: list[tuple[Tensor, list[tuple[dict, int]]]] = []
@@ -143,7 +146,7 @@ def _piece(s: Split, max_widened_step: int) -> Piece | None:
         ranges=tuple((v, lo, hi) for v, (lo, hi) in ranges.items()),
         out_index=tuple(_freeze(f) for f in s.out_index),
     )
-    piece = phase_split(piece)
+    piece = phase_split(piece, thin)
     ranges = {v: (lo, hi) for v, lo, hi in piece.ranges}
     return replace(piece, widen=widening(piece, ranges, max_widened_step))
 
@@ -253,7 +256,7 @@ def _apply_condition(cond: Expr, ranges: dict, factors: list) -> bool:
 MIN_TERM_DEPTH = 16  # the least K of each product of a looped reduction (host/products.py)
 
 
-def phase_split(p: Piece) -> Piece:
+def phase_split(p: Piece, thin: int = 0) -> Piece:
     """A strided convolution's input read ``X[..., S*h + r, S*w + s]`` as a read of its
     phase planes, so that each kernel offset reads a unit-stride shifted view.
 
@@ -270,18 +273,37 @@ def phase_split(p: Piece) -> Piece:
     Applied to a factor index ``S*v + ... + r`` (``S >= 2`` the gcd of the coefficients
     besides ``r``'s, which is 1) when the reduced variables left unsplit are at least
     ``MIN_TERM_DEPTH`` deep: the split offsets then run as a looped reduction over shifted
-    views (``host/products._looped``) instead of an im2col copy of ``X`` at stride ``S``."""
+    views (``host/products._looped``) instead of an im2col copy of ``X`` at stride ``S``.
+
+    Not applied to small images: where the strided output variables span fewer than
+    ``thin`` points and another factor (the weight) is larger than ``X``, the im2col copy
+    of ``X`` is the small one, and the split would pad the weight's ``r`` to ``S *
+    ceil(ext(r) / S)`` (a copy of the weight, 16 taps for 9, on every call)."""
     ranges = {v: (lo, hi) for v, lo, hi in p.ranges}
     for k in range(len(p.factors)):
         plan = _phase_plan(p, k, ranges)
         if not plan:
             continue
+        if _thin_read(p, k, plan, ranges, thin):
+            return p
         split = {r for _, _, r in plan}
         if math.prod(hi - lo + 1 for v, (lo, hi) in ranges.items()
                      if v in p.red_vars and v not in split) < MIN_TERM_DEPTH:
             return p
         return _apply_phases(p, k, plan, ranges)
     return p
+
+
+def _thin_read(p: Piece, k: int, plan, ranges: dict, thin: int) -> bool:
+    """Whether factor ``k``'s strided reads (``plan``) are of a thin output, and another
+    factor is larger (``phase_split``)."""
+    f = p.factors[k]
+    strided = {v for dim, _, _ in plan for v, c in f.index[dim][0]
+               if v in p.out_vars and c != 1}
+    points = math.prod(ranges[v][1] - ranges[v][0] + 1 for v in strided)
+    size = math.prod(f.tensor.shape)
+    return bool(strided) and points < thin and any(
+        math.prod(g.tensor.shape) > size for g in p.factors if g is not f)
 
 
 def _phase_plan(p: Piece, k: int, ranges: dict) -> list[tuple[int, int, Var]]:

@@ -22,7 +22,9 @@ import math
 
 import numpy as np
 
-from ...lower.contraction import MIN_TERM_DEPTH, Contraction, Piece, index_range
+from ...ir.expr import Var
+from ...ir.tensor import placeholder
+from ...lower.contraction import MIN_TERM_DEPTH, Contraction, Factor, Piece, index_range
 from .ops import HostOps
 from .views import (
     PaddingReads,
@@ -36,6 +38,7 @@ from .views import (
     variables,
     view,
 )
+from .workspace import WORKSPACE
 
 BLOCK_ELEMENTS = 1 << 21  # a laid-out GEMM operand larger than this is made in blocks
 
@@ -68,6 +71,8 @@ def run_contraction(c: Contraction, arrays: dict, host: HostOps) -> np.ndarray:
 
 def _run_piece(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
                cache: dict, host: HostOps) -> None:
+    if _through_taps(p, arrays, target, accumulate, cache, host):
+        return
     ranges = ranges_of(p)
     pitch: dict = {}
     if p.widen is not None:  # see contraction.widening
@@ -90,6 +95,93 @@ def _run_piece(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
         ops.append(op)
     zero = PaddingReads(p, ranges)
     _contract(ops, list(p.out_vars), target, ext, p.red_vars, p.scale, accumulate, host, zero)
+
+
+TAP_GROWTH = 16  # the largest tap product over the output it is summed into
+
+
+def _through_taps(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
+                  cache: dict, host: HostOps) -> bool:
+    """Run a piece as a product of its two operands over their shared variables alone,
+    then a sum of shifted views of it; False (nothing run) where that does not apply.
+
+    The input gradient of a convolution of small images, ``dX[n, c, h, w] = sum_{o, i, j}
+    dY[n, o, i, j] W[o, c, h - i + 1, w - j + 1]``, reads the weight (the larger operand)
+    at shifted positions: the general path lays it out anew on every call (an im2col copy
+    of the weight) for a product of a few columns. But the only variable both operands
+    read as a plain dimension is ``o``, so
+
+        T[n, i, j, c, r, s] = sum_o dY[n, o, i, j] W[o, c, r, s]       (one product: the
+                                                                        weight as it lies)
+        dX[n, c, h, w]      = sum_{i, j} T[n, i, j, c, h - i + 1, w - j + 1]
+
+    the second a view of ``T`` zero-padded as the reads were (a position outside an
+    operand is outside ``T`` too). In general: ``T`` holds the product over the shared
+    variables (each read as one plain dimension by both operands and nowhere else) with
+    every other dimension of either operand its own, and the piece is the sum of ``T``
+    read at the operands' index forms. Taken where the larger operand's shifted reads
+    name output variables of a thin output (their extents' product under
+    ``Options.thin_batch``), and ``T`` is no larger than that operand (whose layout copy
+    it saves) nor than ``TAP_GROWTH`` times the output (a weight gradient's ``T`` over
+    both operands' positions would be)."""
+    if len(p.factors) != 2 or any(f.phases for f in p.factors) or host.thin_batch <= 0:
+        return False
+    ranges = ranges_of(p)
+    ext = {v: hi - lo + 1 for v, (lo, hi) in ranges.items()}
+    data = [arrays[f.tensor] for f in p.factors]
+    if any(a.dtype != target.dtype for a in data):
+        return False
+    uses: dict = {}
+    for f in p.factors:
+        for coeffs, _ in f.index:
+            for v, _ in coeffs:
+                uses[v] = uses.get(v, 0) + 1
+
+    def plain(form):
+        coeffs, _ = form
+        return coeffs[0][0] if len(coeffs) == 1 and coeffs[0][1] == 1 else None
+
+    shared = [v for v in p.red_vars if uses.get(v) == 2 and all(
+        sum(plain(form) is v for form in f.index) == 1 for f in p.factors)]
+    big = 0 if data[0].size >= data[1].size else 1
+    shifted = {v for coeffs, _ in p.factors[big].index if len(coeffs) > 1
+               for v, _ in coeffs if v in p.out_vars}
+    if not shared or not shifted or math.prod(ext[v] for v in shifted) >= host.thin_batch:
+        return False
+    ops, t_vars, t_forms = [], [], []
+    for f, a in zip(p.factors, data, strict=True):
+        vs, cut = [], []
+        for form, dim in zip(f.index, a.shape, strict=True):
+            v = plain(form)
+            if v in shared:
+                lo, hi = ranges[v][0] + form[1], ranges[v][1] + form[1]
+                if lo < 0 or hi >= dim:
+                    return False  # (padding along a shared variable: the general path)
+                vs.append(v)
+                cut.append(slice(lo, hi + 1))
+            else:
+                fresh = Var.fresh("t", 0, dim)
+                vs.append(fresh)
+                t_vars.append(fresh)
+                t_forms.append(form)
+                cut.append(slice(None))
+        ops.append((a[tuple(cut)], vs))
+    t_shape = [v.extent for v in t_vars]
+    if math.prod(t_shape) > min(data[big].size, TAP_GROWTH * target.size):
+        return False  # (larger than the copy of the larger operand it saves)
+    host.untraceable("a product through its taps")
+    taps = WORKSPACE.get("taps", t_shape, target.dtype)
+    _contract(ops, t_vars, taps, {**ext, **{v: v.extent for v in t_vars}}, shared, 1.0,
+              False, host)
+    read = Factor(placeholder(tuple(t_shape), target.dtype.name, "taps"), tuple(t_forms))
+    op = factor_view(read, taps, ranges, target.dtype, cache, host)
+    if op is None:  # reads only padding: the piece is zero
+        if not accumulate:
+            target[...] = 0
+        return True
+    rest = [v for v in p.red_vars if v not in shared]
+    _contract([op], list(p.out_vars), target, ext, rest, p.scale, accumulate, host)
+    return True
 
 
 def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, host: HostOps,
