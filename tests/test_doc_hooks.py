@@ -139,3 +139,20 @@ def test_markers_are_filled_and_an_unknown_one_fails(tmp_path):
     assert hooks.fill("no markers", tmp_path) == "no markers"
     with pytest.raises(ValueError, match="unknown generated part 'nope'"):
         hooks.fill("<!-- generate: nope -->", tmp_path)
+
+
+def test_the_layer_page_gives_the_summary_and_every_case():
+    layers = {"runs": 5, "thresholds": [1.5, 3.0], "other_load_cores": 0.1,
+              "machine": {"cpu_model": "Test CPU", "cpus_usable": 2, "torch": "2.13.0"},
+              "threads": {"threads": 1},
+              "rows": [row("net.conv", "forward", 3.0, 1.0), row("net.conv", "backward", 1.0, 1.0),
+                       row("net.conv", "forward+backward", 4.0, 2.0),
+                       row("net.pool", "forward", 0.5, 1.0)],
+              "summary": {"forward": {"rows": 2, "median": 1.75, "over_1.5": 1, "over_3.0": 0,
+                                      "worst": [{"case": "net.conv", "row": "forward",
+                                                 "tegrad_over_torch": 3.0}]}}}
+    page = hooks.layers_page(layers, "reports/bench_layers.json")
+    assert "| forward | 2 | 1.75 | 1 | 0 | net.conv 3.00 |" in page
+    assert "| net.conv | net.conv title | 3.00 | 1.00 | 2.00 | 4.00 | 2.00 |" in page
+    assert "| net.pool | net.pool title | 0.50 | - | - | - | - |" in page
+    assert "--threads 1 --runs 5 --json reports/bench_layers.json" in page

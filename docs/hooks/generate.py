@@ -11,6 +11,8 @@ replaces that line with the part's Markdown, made from what the repository holds
 - ``bench-cpu``: one run of the suite, ``reports/bench_cpu.json`` (``bench_cpu.py``);
 - ``bench-ab-trees``: two source trees in turns, ``reports/issue28/*.json``
   (``bench_ab_trees.py``);
+- ``bench-layers``: the layer shapes of real networks, ``reports/bench_layers.json``
+  (``bench_layers.py``);
 - ``tests``: the test modules, each with the first sentence of its docstring.
 
 A JSON file that is missing gives a sentence naming the command that writes it, not a
@@ -217,6 +219,50 @@ def _bench_cpu(root: Path) -> str:
             f"First calls, each in a new process:\n\n{first_call_table(run)}")
 
 
+# the layer shapes ---------------------------------------------------------------------------
+
+
+def layers_page(run: dict, path: str) -> str:
+    """``bench_layers.py --json``'s run: the summary per row kind (median, the counts over
+    the thresholds, the five worst), then every case's three ratios."""
+    slow, very = run["thresholds"]
+    lines = [f"| rows | cases | median tegrad/torch | over {slow}x | over {very}x | worst |",
+             "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for name, s in run["summary"].items():
+        worst = ", ".join(f"{w['case']}" + (f" {w['row']}" if name == "all rows" else "")
+                          + f" {w['tegrad_over_torch']:.2f}" for w in s["worst"][:5])
+        lines.append(f"| {name} | {s['rows']} | {s['median']:.2f} | {s['over_' + str(slow)]} | "
+                     f"{s['over_' + str(very)]} | {_cell(worst)} |")
+    cases: dict = {}
+    for r in run["rows"]:
+        cases.setdefault(r["case"], {"title": r["title"]})[r["row"]] = r
+    table = ["| case | layer | " + " | ".join(ROWS) + " | tegrad ms | torch ms |",
+             "| --- | --- | " + " | ".join("---:" for _ in ROWS) + " | ---: | ---: |"]
+    for case, got in cases.items():
+        whole = got.get("forward+backward")
+        ratios = " | ".join(f"{got[k]['tegrad_over_torch']:.2f}" if k in got else "-"
+                            for k in ROWS)
+        times = (f"{whole['tegrad_ms']:.2f} | {whole['torch_ms']:.2f}" if whole else "- | -")
+        table.append(f"| {case} | {_cell(got['title'])} | {ratios} | {times} |")
+    m, t = run["machine"], run["threads"]
+    head = (f"One run, `{path}`: processor {m['cpu_model']}, {m['cpus_usable']} usable "
+            f"cores, {t['threads']} thread(s) per side, torch {m['torch']}; medians of "
+            f"{run['runs']} runs per row, the sides in turns; other processes kept "
+            f"{run['other_load_cores']:.2f} cores busy on average. Made by `python "
+            f"benchmarks/bench_layers.py --threads {t['threads']} --runs {run['runs']} "
+            f"--json {path}`.")
+    return f"{head}\n\n" + "\n".join(lines) + "\n\nPer case, tegrad/torch:\n\n" + \
+        "\n".join(table)
+
+
+def _bench_layers(root: Path) -> str:
+    path = root / "reports" / "bench_layers.json"
+    if not path.exists():
+        return _missing("reports/bench_layers.json",
+                        "python benchmarks/bench_layers.py --json reports/bench_layers.json")
+    return layers_page(json.loads(path.read_text()), "reports/bench_layers.json")
+
+
 # two source trees ---------------------------------------------------------------------------
 
 
@@ -281,5 +327,6 @@ GENERATORS: dict[str, Callable[[Path], str]] = {
     "bench-cpu-runs": _bench_cpu_runs,
     "bench-cpu": _bench_cpu,
     "bench-ab-trees": _bench_ab_trees,
+    "bench-layers": _bench_layers,
     "tests": _tests,
 }
