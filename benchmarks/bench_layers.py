@@ -6,6 +6,7 @@ compiled target against PyTorch eager, float32, side by side in one process.
     .venv/bin/python benchmarks/bench_layers.py --threads 2 --json reports/bench_layers.json
     .venv/bin/python benchmarks/bench_layers.py --cases resnet18.,dw --runs 15
     .venv/bin/python benchmarks/bench_layers.py --quick --cases losses.mse   # a smoke run
+    .venv/bin/python benchmarks/bench_layers.py --cases resnet18. --option thin_batch=0
 
 Cases: ``bench_layers_cases.py`` (its docstring lists them). Rows per case, as in
 ``bench_cpu.py`` and with its machinery (``bench_cpu_cases.tegrad_programs`` and
@@ -51,6 +52,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import bench_layers_cases  # noqa: E402
+import tegrad as tg  # noqa: E402
 from bench_cpu import check, machine_info, target_available, thread_info  # noqa: E402
 from bench_cpu_cases import ROWS, tegrad_programs, torch_programs  # noqa: E402
 
@@ -64,15 +66,12 @@ def bench_case(case, args, threads) -> tuple[list[dict], list[dict], float | Non
     t0 = time.perf_counter()
     graph = case.graph()
     arrays, head, torch_setup = case.make_arrays(graph)
-    teg = tegrad_programs(graph, args.target, arrays)
+    teg = tegrad_programs(graph, args.target, arrays, options=args.options)
     ref = torch_programs(SimpleNamespace(torch_setup=torch_setup), arrays, head)
     prepare_s = time.perf_counter() - t0
 
-    wrt = case.differentiated()
-    want_all = [t.detach().numpy().astype(np.float64) for t in ref["forward+backward"]()]
-    want_all = [want_all[0]] + [w.reshape(arrays[k].shape)
-                                for w, k in zip(want_all[1:], wrt, strict=True)]
-    names_all = ["out"] + [f"d{case.inputs[k].name}" for k in wrt]
+    want_all = torch_values(case, ref, arrays)
+    names_all = ["out"] + [f"d{case.inputs[k].name}" for k in case.differentiated()]
     pick = {"forward": slice(0, 1), "backward": slice(1, None), "forward+backward": slice(None)}
     checks = []
     for row in ROWS:
@@ -82,7 +81,7 @@ def bench_case(case, args, threads) -> tuple[list[dict], list[dict], float | Non
             record["ok"] = bool(record["rel_err"] <= case.tolerance or not record["judged"])
             checks.append(record)
     if case.kinked:
-        checks += float64_checks(case, args.target, arrays, head, torch_setup, names_all)
+        checks += float64_checks(case, args, arrays, head, torch_setup, names_all)
 
     rows = []
     with bench_shared.OtherLoad() as other:
@@ -96,20 +95,27 @@ def bench_case(case, args, threads) -> tuple[list[dict], list[dict], float | Non
     return rows, checks, other.cores
 
 
+def torch_values(case, ref: dict, arrays) -> list[np.ndarray]:
+    """torch's forward+backward: the output, then each differentiated input's gradient
+    (float64 arrays, each of its input's shape)."""
+    got = [t.detach().numpy().astype(np.float64) for t in ref["forward+backward"]()]
+    return [got[0]] + [w.reshape(arrays[k].shape)
+                       for w, k in zip(got[1:], case.differentiated(), strict=True)]
+
+
 FLOAT64_TOLERANCE = 1e-9  # tegrad's float64 step against torch's, over 20-50 layers
 
 
-def float64_checks(case, target, arrays, head, torch_setup, names) -> list[dict]:
+def float64_checks(case, args, arrays, head, torch_setup, names) -> list[dict]:
     """A kinked network's loss and gradients in float64, tegrad's against torch's (its
     float32 gradients are checked for their loss only: see ``Layer.kinked``)."""
     wide = [a.astype(np.float64) if a.dtype == np.float32 else a for a in arrays]
     head64 = head.astype(np.float64)
-    graph = case.graph("float64")
-    got = tegrad_programs(graph, target, wide)["forward+backward"](wide, head64)
+    g = case.graph("float64")
+    got = tg.build([*g.inputs, g.head], [g.out, *g.grads], target=args.target,
+                   options=args.options)(*wide, head64)
     ref = torch_programs(SimpleNamespace(torch_setup=torch_setup), wide, head64)
-    want = [t.detach().numpy() for t in ref["forward+backward"]()]
-    want = [want[0]] + [w.reshape(wide[k].shape)
-                        for w, k in zip(want[1:], case.differentiated(), strict=True)]
+    want = torch_values(case, ref, wide)
     records = check(case, "tegrad float64", "forward+backward", got, want, names)
     for record in records:
         record["ok"] = bool(record["rel_err"] <= FLOAT64_TOLERANCE)
@@ -206,7 +212,15 @@ def main(argv=None) -> int:
     parser.add_argument("--pause", type=float, help="seconds of pause before each turn "
                         "(0.3 with more than one thread, else 0.02)")
     parser.add_argument("--list", action="store_true", help="print the cases and exit")
+    parser.add_argument("--option", action="append", default=[], metavar="FIELD=INT",
+                        help="a tg.Options field for tegrad's builds (integer or 0/1 for "
+                        "a switch), e.g. --option thin_batch=0: an optimisation off")
     args = parser.parse_args(argv)
+    changes = {}
+    for item in args.option:
+        field, _, value = item.partition("=")
+        changes[field] = int(value)
+    args.options = tg.Options.from_environment().replace(**changes) if changes else None
     selected = bench_layers_cases.select(bench_layers_cases.cases(), args.cases)
     if args.list:
         for c in selected:
@@ -238,6 +252,7 @@ def main(argv=None) -> int:
         print(f"  {case.name}: fwd+bwd {both['tegrad_over_torch']:.2f}x torch "
               f"({time.perf_counter() - start:.0f}s elapsed)", file=sys.stderr, flush=True)
     result = {"suite": "bench_layers", "target": args.target, "quick": args.quick,
+              "options": dict(changes),
               "runs": args.runs, "pause_s": args.pause, "machine": machine_info(),
               "threads": thread_info(threads, blas_line),
               "other_load_cores": statistics.mean(loads) if loads else None,

@@ -104,21 +104,30 @@ def ix_mod(x: Ix, m: int) -> Ix:
     return Ix(x.expr % m, lambda env, f=x.fn: f(env) % m, x.vars)
 
 
-def ix_gather(table: dict, vars_: tuple, name: str) -> Ix:
-    """``ids[v - lo, ..]`` of an int64 compute holding ``table`` (a point of ``vars_``'
-    domains -> an id): a data-dependent index, whose gradient is a scatter-add."""
-    shape = tuple(len(_dom(v)) for v in vars_)
-    points = list(table.items())
+def id_table(values, name: str) -> tg.Compute:
+    """An int64 compute holding the array ``values``, as a chain of selects on the
+    row-major position (the generator's id tables; the regression tests' too)."""
+    values = np.asarray(values)
+    shape, flat_values = values.shape, [int(v) for v in values.reshape(-1)]
 
     def body(*i):
         flat = 0
         for axis, n in zip(i, shape, strict=True):
             flat = flat * n + axis
-        value = tg.const(points[-1][1], "int64")
-        for k in range(len(points) - 2, -1, -1):
-            value = tg.if_then_else(tg.equal(flat, k), tg.const(points[k][1], "int64"), value)
+        value = tg.const(flat_values[-1], "int64")
+        for k in range(len(flat_values) - 2, -1, -1):
+            value = tg.if_then_else(tg.equal(flat, k), tg.const(flat_values[k], "int64"),
+                                    value)
         return value
-    ids = tg.compute(shape, body, name=name)
+    return tg.compute(shape, body, name=name)
+
+
+def ix_gather(table: dict, vars_: tuple, name: str) -> Ix:
+    """``ids[v - lo, ..]`` of an int64 compute holding ``table`` (a point of ``vars_``'
+    domains -> an id, in row-major order): a data-dependent index, whose gradient is a
+    scatter-add."""
+    shape = tuple(len(_dom(v)) for v in vars_)
+    ids = id_table(np.array(list(table.values())).reshape(shape), name)
     read = ids[tuple(v - v.dom[0] if v.dom[0] else v for v in vars_)]
     return Ix(read, lambda env: table[tuple(env[v] for v in vars_)], vars_)
 

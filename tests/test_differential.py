@@ -24,6 +24,7 @@ from tegrad.backends.cpu import compiler
 
 sys.path.insert(0, os.path.dirname(__file__))
 import differential  # noqa: E402
+from programs import id_table  # noqa: E402
 
 pytestmark = pytest.mark.skipif(compiler.compiler() is None, reason="no C compiler")
 
@@ -181,18 +182,6 @@ def test_scan_of_a_1d_state(target):
     np.testing.assert_allclose(tg.build([X, H], dX, target=target)(x, h), h @ jac, rtol=1e-14)
 
 
-def _id_table(values, shape):
-    """An int64 compute holding ``values`` (row-major), as the generator writes its ids."""
-    flat = np.asarray(values).reshape(-1)
-    strides = [int(np.prod(shape[m + 1:])) for m in range(len(shape))]
-
-    def body(*ix):
-        at = sum(v * s for v, s in zip(ix, strides, strict=True))
-        return sum(tg.if_then_else(tg.equal(at, n), int(v), 0) for n, v in enumerate(flat))
-
-    return tg.compute(shape, body, name="ids")
-
-
 @pytest.mark.parametrize("target", ["numpy", "cpu"])
 def test_guard_of_a_select_is_kept_by_the_part_it_encloses(target):
     """``select(0 <= ids[i] < 3 && j == 0, sum_k tanh(X[ids[i], k]) where k // 2 == m, 0)``:
@@ -200,7 +189,7 @@ def test_guard_of_a_select_is_kept_by_the_part_it_encloses(target):
     one conjunct names ``j``, and read ``X[-1]`` (a CI fuzz failure)."""
     table = [-1, 2, 3, 0, 5]
     X = tg.placeholder((3, 4), "float64", name="X")
-    ids = _id_table(table, (5,))
+    ids = id_table(table, "ids")
     k = tg.reduce_axis((0, 4), "k")
     T = tg.compute((5, 2, 2), lambda i, j, m: tg.if_then_else(
         tg.all(ids[i] >= 0, ids[i] < 3, tg.equal(j, 0)),
@@ -220,7 +209,7 @@ def test_scatter_conditions_are_read_under_the_ones_before_them(target):
     the ``where`` (the reference evaluated each condition alone; a CI fuzz failure)."""
     table = np.array([[0, -1, 2], [3, 1, 2], [2, -1, 3], [1, 0, 2]])
     X = tg.placeholder((4, 3), "float64", name="X")
-    ids = _id_table(table, (4, 3))
+    ids = id_table(table, "ids")
     a, b = tg.reduce_axis((0, 4), "a"), tg.reduce_axis((0, 3), "b")
     T = tg.compute((), lambda: tg.sum(tg.max(
         X[a, ids[a, b]], b, where=tg.all(ids[a, b] >= 0, ids[a, b] < 3)), a), name="T")
@@ -243,7 +232,7 @@ def test_a_guard_that_reads_through_ids_is_checked_under_the_guards_before_it(ta
     alone, so that test's own read of ``X[.., -1]`` raised (a fuzz failure, seed 11)."""
     table = np.array([[1, 2, 0, 0], [-1, 2, 2, 0]])
     X = tg.placeholder((4, 3), "float64", name="X")
-    ids = _id_table(table, (2, 4))
+    ids = id_table(table, "ids")
     a, b = tg.reduce_axis((0, 4), "a"), tg.reduce_axis((0, 2), "b")
     T = tg.compute((), lambda: tg.sum(tg.tanh(tg.max(
         X[a // 2, ids[b, a]], b, where=tg.all(ids[b, a] >= 0, ids[b, a] < 3))), a,

@@ -102,15 +102,17 @@ def input_specs(ins: list) -> list:
     return [(p, np.dtype(p.dtype), p.shape) for p in ins]
 
 
+def passes(a, dtype: np.dtype, shape: tuple) -> bool:
+    """Whether ``a`` is an array of the placeholder's shape and (interned) dtype, which a
+    call takes as it is: ``coerce_input``'s checks cost about 9 us an input, as much as a
+    small kernel."""
+    return type(a) is np.ndarray and a.dtype is dtype and a.shape == shape
+
+
 def exact(expected: list, arrays: tuple) -> bool:
-    """Whether ``arrays`` are NumPy arrays of the placeholders' shapes and (interned)
-    dtypes, one each: what ``checked_feed`` passes unchanged."""
-    if len(arrays) != len(expected):
-        return False
-    for (_, dtype, shape), a in zip(expected, arrays, strict=True):
-        if type(a) is not np.ndarray or a.dtype is not dtype or a.shape != shape:
-            return False
-    return True
+    """Whether every one of ``arrays`` ``passes``, one per placeholder."""
+    return len(arrays) == len(expected) and all(
+        passes(a, dtype, shape) for (_, dtype, shape), a in zip(expected, arrays, strict=True))
 
 
 def checked_feed(expected: list, arrays: tuple) -> dict:
@@ -120,10 +122,7 @@ def checked_feed(expected: list, arrays: tuple) -> dict:
                         f"({', '.join(p.name for p, _, _ in expected)}), got {len(arrays)}")
     feed = {}
     for (p, dtype, shape), a in zip(expected, arrays, strict=True):
-        # an array of the placeholder's shape and (interned) dtype passes as it is:
-        # coerce_input's checks cost about 9 us an input, as much as a small kernel
-        ok = type(a) is np.ndarray and a.dtype is dtype and a.shape == shape
-        feed[p] = a if ok else coerce_input(p, a)
+        feed[p] = a if passes(a, dtype, shape) else coerce_input(p, a)
     return feed
 
 

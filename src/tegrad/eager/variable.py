@@ -356,11 +356,7 @@ def apply(fn, *args, **kwargs):
     key, leaves = quick_key(fn, args, kwargs)
     graph = quick_lookup(key) if key is not None else None
     if graph is not None:  # Variables of the key's shapes and dtypes: no checks again
-        values = graph.call_exact([v.value for v in leaves])
-        outs = [Variable._result(a, dtype=y.dtype)
-                for a, y in zip(values, graph.outputs, strict=True)]
-        for tape in TAPES:
-            tape._record(graph, leaves, outs)
+        outs = recorded(graph, leaves, graph.call_exact([v.value for v in leaves]))
         return outs[0] if graph.single else tuple(outs)
     leaves, spec_args, spec_kwargs = split_leaves(args, kwargs, is_variable)
     if TRACERS and any(v.symbolic for v in leaves):
@@ -419,15 +415,18 @@ def run(graph: GraphFunction, inputs: Sequence[Variable], keep: bool = False
         if wrt:
             split = graph.split_vjp(wrt)
             results, saved = split.forward(graph.feed([v.numpy() for v in inputs]))
-            outs = [Variable._result(a, dtype=y.dtype)
-                    for a, y in zip(graph.checked(results), graph.outputs, strict=True)]
-            tape._record(graph, list(inputs), outs, kept=(wrt, split, saved))
-            return outs
-    values = graph(*[v.numpy() for v in inputs])
+            return recorded(graph, inputs, graph.checked(results), kept=(wrt, split, saved))
+    return recorded(graph, inputs, graph(*[v.numpy() for v in inputs]))
+
+
+def recorded(graph: GraphFunction, inputs: Sequence[Variable], values,
+             kept: tuple | None = None) -> list[Variable]:
+    """The output Variables of ``graph`` run on ``inputs`` (``values``: its arrays), the
+    operation recorded on every active tape (``kept``: see ``tape.Record``)."""
     outs = [Variable._result(a, dtype=y.dtype) for a, y in zip(values, graph.outputs,
                                                                 strict=True)]
     for tape in TAPES:
-        tape._record(graph, list(inputs), outs)
+        tape._record(graph, list(inputs), outs, kept)
     return outs
 
 

@@ -260,12 +260,19 @@ class Evaluator:
         missing = [a for a in range(depth) if a not in kept]
         return np.expand_dims(view, missing)
 
+    def holds(self, conds: tuple, depth: int) -> np.ndarray:
+        """Where every one of ``conds`` holds, each read under the ones before it (a
+        condition that reads through ids is in bounds only under the bounds before it)."""
+        out = np.ones((1,) * depth, dtype=bool)
+        for k, c in enumerate(conds):
+            out = out & self.go(c, depth, conds[:k])
+        return out
+
     def check_gather(self, e: Read, axis: int, values, dim: int, depth: int, conds: tuple):
         bad = (values < 0) | (values >= dim)
         if not bad.any():
             return
-        for k, c in enumerate(conds):  # each condition read under the ones before it
-            bad = bad & self.go(c, depth, conds[:k])
+        bad = bad & self.holds(conds, depth)
         if bad.any():
             where = tuple(np.argwhere(bad)[0])
             value = np.broadcast_to(values, bad.shape)[where]

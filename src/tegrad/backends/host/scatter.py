@@ -29,9 +29,7 @@ def run_scatter(s: Scatter, arrays: dict, owner: str) -> np.ndarray:
             env[v] = (np.arange(v.lo + lo, v.lo + hi).reshape(shape), k)
         full = tuple(hi - lo for lo, hi in region)
         ev = Evaluator(arrays, env, n, owner)
-        mask = np.ones(full, dtype=bool)
-        for k, c in enumerate(s.conds):  # each condition read under the ones before it
-            mask &= np.broadcast_to(ev.go(c, n, s.conds[:k]), full)
+        mask = np.broadcast_to(ev.holds(s.conds, n), full)
         if not mask.any():
             continue
         flat = np.zeros(full, dtype=np.int64)
