@@ -31,12 +31,13 @@ def build(inputs: Sequence[Tensor], outputs, target: str | None = None,
                                        remember=(ins, outs), options=options)
     expected = input_specs(ins)
     direct = getattr(program, "direct", None)  # a one-kernel program, called by position
+    coerce = getattr(program, "coerce", coerce_input)  # (the cuda target takes tensors)
 
     def run(*arrays):
         if direct is not None and exact(expected, arrays):
             results = direct(arrays)
         else:
-            results = program.run(checked_feed(expected, arrays))
+            results = program.run(checked_feed(expected, arrays, coerce))
         return results[0] if single else tuple(results)
 
     run.inputs = ins
@@ -115,14 +116,16 @@ def exact(expected: list, arrays: tuple) -> bool:
         passes(a, dtype, shape) for (_, dtype, shape), a in zip(expected, arrays, strict=True))
 
 
-def checked_feed(expected: list, arrays: tuple) -> dict:
-    """The feed of a call: each array checked against its placeholder."""
+def checked_feed(expected: list, arrays: tuple, coerce=None) -> dict:
+    """The feed of a call: each array checked against its placeholder (by ``coerce``,
+    default ``coerce_input``)."""
+    coerce = coerce or coerce_input
     if len(arrays) != len(expected):
         raise TypeError(f"expected {len(expected)} arrays "
                         f"({', '.join(p.name for p, _, _ in expected)}), got {len(arrays)}")
     feed = {}
     for (p, dtype, shape), a in zip(expected, arrays, strict=True):
-        feed[p] = a if passes(a, dtype, shape) else coerce_input(p, a)
+        feed[p] = a if passes(a, dtype, shape) else coerce(p, a)
     return feed
 
 

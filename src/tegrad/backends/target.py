@@ -92,7 +92,8 @@ def default_target() -> str:
         return chosen
     passed = []
     for name in PREFERENCE:
-        why = REGISTRY[name].unavailable()
+        target = REGISTRY[name]
+        why = getattr(target, "unavailable_by_default", target.unavailable)()
         if why is None:
             for faster, reason in passed:
                 if faster not in _WARNED:
@@ -101,7 +102,8 @@ def default_target() -> str:
                                   f"{REGISTRY[name].description}, which is slower",
                                   RuntimeWarning, stacklevel=4)
             return name
-        passed.append((name, why))
+        if not getattr(target, "quiet_when_unavailable", False):
+            passed.append((name, why))
     raise TargetUnavailable(f"no target is available here (known: {', '.join(known())})")
 
 

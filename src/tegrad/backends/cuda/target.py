@@ -1,0 +1,38 @@
+"""``target="cuda"``: a plan's kernels generated as Triton kernels (``program.py``), as a
+``Target``. ``target=None`` takes it where a GPU is present (not in the interpreter, which
+is for proving the target on a CPU); a machine without one passes over it silently."""
+
+from __future__ import annotations
+
+from ...options import Options
+from . import device
+
+
+class CudaTarget:
+    name = "cuda"
+    description = "the cuda target"
+    fused = False  # fused here (program.fused): no loop-nest grouping, no views
+    cached = False
+    quiet_when_unavailable = True  # most machines have no GPU: no warning for passing it over
+
+    def unavailable(self):
+        return device.unavailable()
+
+    def unavailable_by_default(self):
+        """Why ``target=None`` does not take it: unavailable, or only the interpreter."""
+        missing = device.unavailable()
+        if missing is None and device.interpreting():
+            from ..target import TargetUnavailable
+
+            return TargetUnavailable("target 'cuda' runs in Triton's interpreter here")
+        return missing
+
+    def prepare(self, plan, options: Options):
+        from .program import blueprint, fused
+
+        return blueprint(fused(plan, options))
+
+    def program(self, prepared, inputs: list, options: Options):
+        from .program import CudaProgram
+
+        return CudaProgram(prepared, inputs, options)
