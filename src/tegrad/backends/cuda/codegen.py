@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...ir import dtype as dt
 from ...ir.bounds import interval, is_pure_index
@@ -166,6 +166,7 @@ class _Block:
     indent: int
     lines: list
     parent: int = 0  # the block its lines join when it closes
+    shadowed: list = field(default_factory=list)  # (var, its outer binding) to restore
 
 
 class _Writer:
@@ -234,6 +235,9 @@ class _Writer:
                 text = f"({text} % {extents[k]})"
             if v.lo:
                 text = f"({text} + {v.lo})"
+            if v in self.level_of:  # a reduction rebinding a variable bound around it
+                self.blocks[level].shadowed.append(
+                    (v, (self.name_of[v], self.level_of[v], self.dims_of[v])))
             self.name_of[v] = self.assign(level, text, "i")
             self.level_of[v] = level
             self.dims_of[v] = dims
@@ -260,6 +264,8 @@ class _Writer:
         self.memo = {k: v for k, v in self.memo.items() if k[1] < gone}
         for v in [v for v, lv in self.level_of.items() if lv >= gone]:
             del self.level_of[v]
+        for v, (name, lv, dims) in reversed(block.shadowed):
+            self.name_of[v], self.level_of[v], self.dims_of[v] = name, lv, dims
 
     # -- expressions --------------------------------------------------------------------
     def emit(self, e: Expr, conds: tuple) -> str:
