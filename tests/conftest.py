@@ -2,7 +2,8 @@
 
 Tests that patch differentiation or planning must see their patch, not a program a
 previous run stored (``cache/disk.py``); the cache's own tests turn it on, each with a
-new directory. ``TEGRAD_GRAPH_CACHE=1 pytest`` runs every test with it on.
+new directory. ``TEGRAD_GRAPH_CACHE=1 pytest`` runs every test with it on. Without an
+NVIDIA GPU, ``TRITON_INTERPRET=1``: the cuda target's tests run in Triton's interpreter.
 
 Profiles (pick with the environment variable HYPOTHESIS_PROFILE):
   default / ci  150 examples per property, no deadline (kernels compile on first use),
@@ -32,6 +33,10 @@ settings.register_profile("explore", max_examples=150, **_COMMON)
 settings.register_profile("long", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")
+# the cuda target's kernels run in Triton's interpreter where there is no NVIDIA GPU (read
+# when triton decorates a kernel, so before any test imports it)
+if not os.path.exists("/dev/nvidiactl"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture

@@ -341,6 +341,8 @@ class _Writer:
                 form = PLAIN_WHEN_NON_NEGATIVE[op]
             else:
                 form = BY_KIND[op][0 if whole else 1]
+                if form is None:
+                    raise Unsupported(f"{op} of {e.dtype} operands")
             return self.assign(level, form.format(a=a, b=b))
         if op == "pow" and not dt.is_float(e.dtype):
             a, b = self.cast(a, e.dtype, "float64"), self.cast(b, e.dtype, "float64")

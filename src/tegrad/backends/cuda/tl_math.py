@@ -7,9 +7,6 @@ NumPy reference's meaning of an IR op:
   floordiv, floormod     integer ``//`` and ``%`` round toward minus infinity; Triton's
                          truncate: q = trunc(a / b), r = a - q b; where r != 0 and the
                          signs of r and b differ, q - 1 and r + b
-  floordiv_f, floormod_f the float forms, as NumPy's divmod: m = fmod(a, b),
-                         d = (a - m) / b, moved down by one (m up by b) where m and b differ
-                         in sign, then d rounded to the nearest integer of floor(d)
   maximum, minimum       NaN-propagating (``np.maximum``): a where a > b or a is NaN
   log1p                  log(u) x / (u - 1) with u = 1 + x (exact where u rounds to 1: x)
   expm1                  (u - 1) x / log(u) with u = exp(x) (Kahan); x where u rounds to 1
@@ -43,22 +40,6 @@ def floordiv(a, b):
 def floormod(a, b):
     r = a - (a // b) * b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-
-
-@triton.jit
-def floordiv_f(a, b):
-    m = a % b
-    d = (a - m) / b
-    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
-    f = tl.floor(d)
-    f = tl.where(d - f > 0.5, f + 1.0, f)
-    return tl.where(b == 0, a / b, f)
-
-
-@triton.jit
-def floormod_f(a, b):
-    m = a % b
-    return tl.where((m != 0) & ((b < 0) != (m < 0)), m + b, m)
 
 
 @triton.jit

@@ -57,10 +57,11 @@ BINARY = {
 COMPARISONS = frozenset(("lt", "le", "eq", "ne"))
 LOGIC = frozenset(("and", "or"))
 
-# ops whose spelling depends on the operands' dtype: (integer form, float form)
+# ops whose spelling depends on the operands' dtype: (integer form, float form); // and %
+# take integers only (the IR refuses floats)
 BY_KIND = {
-    "floordiv": ("floordiv({a}, {b})", "floordiv_f({a}, {b})"),
-    "floormod": ("floormod({a}, {b})", "floormod_f({a}, {b})"),
+    "floordiv": ("floordiv({a}, {b})", None),
+    "floormod": ("floormod({a}, {b})", None),
     "max": ("tl.maximum({a}, {b})", "maximum({a}, {b})"),
     "min": ("tl.minimum({a}, {b})", "minimum({a}, {b})"),
 }

@@ -1,0 +1,278 @@
+"""The cuda target (Triton kernels) against the NumPy reference.
+
+Without a GPU (CI) the kernels run in Triton's interpreter on CPU tensors
+(``TRITON_INTERPRET=1``, set by ``conftest.py``); on a machine with an NVIDIA GPU the same
+tests run the compiled kernels on it. Every op of the op table (forward and gradients),
+random programs (forward, gradient and every intermediate compute), every coverage case
+of the ``tg.nn`` ops, and recurrences give the reference's values; the generator's rules
+(floor division, NaN through max and min, int64 offsets, checked gathers, deterministic
+scatters) each have a test; calls take and give torch tensors or NumPy arrays; and every
+kernel the op table generates compiles for sm_90 (the H200) on this machine, which
+catches what the interpreter lets through.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tegrad as tg
+
+triton = pytest.importorskip("triton")
+torch = pytest.importorskip("torch")
+
+try:
+    from .optable import SPECS
+    from .programs import programs, random_inputs
+    from .test_cpu import CONDITION_FACTOR, RTOL_PROGRAMS, assert_agree, scaled_difference
+except ImportError:  # tests/ is not a package: pytest puts it on sys.path
+    from optable import SPECS
+    from programs import programs, random_inputs
+    from test_cpu import CONDITION_FACTOR, RTOL_PROGRAMS, assert_agree, scaled_difference
+
+from tegrad.backends.cuda import device  # noqa: E402
+from tegrad.coverage import CASES  # noqa: E402
+from tegrad.coverage.agreement import head_values, run_tegrad, trace  # noqa: E402
+
+pytestmark = pytest.mark.skipif(device.unavailable() is not None,
+                                reason=str(device.unavailable()))
+
+RTOL = 1e-9  # of the largest magnitude: float64, other summation orders
+
+
+def cuda_and_reference(inputs, outputs, arrays):
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    got = tg.build(inputs, outputs, target="cuda")(*arrays)
+    return got, want
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_op_table_forward_and_gradients(spec):
+    inputs, out = spec.build()
+    diff = [inputs[k] for k in spec.diff]
+    head = tg.placeholder(out.shape, out.dtype, name="H")
+    outputs = [out, *tg.gradient(out, diff, head=head)]
+    rng = np.random.default_rng(7)
+    arrays = [*spec.make_inputs(rng), rng.standard_normal(out.shape).astype(out.dtype)]
+    got, want = cuda_and_reference([*inputs, head], outputs, arrays)
+    assert_agree(got, want, spec.name, RTOL)
+
+
+@settings(max_examples=30, deadline=None)
+@given(program=programs(), seed=st.integers(0, 2**32 - 1))
+def test_random_programs(program, seed):
+    rng = np.random.default_rng(seed)
+    xs = random_inputs(program, rng)
+    head = tg.placeholder(program.output.shape, "float64", name="H")
+    outputs = [*program.computes, *tg.gradient(program.output, program.inputs, head=head)]
+    h = rng.standard_normal(program.output.shape)
+    got, want = cuda_and_reference([*program.inputs, head], outputs, [*xs, h])
+    nudged = [x * (1 + np.finfo(x.dtype).eps * rng.uniform(-2, 2, x.shape))
+              if x.dtype.kind == "f" else x for x in xs]
+    moved = tg.build([*program.inputs, head], outputs, target="numpy")(*nudged, h)
+    condition = scaled_difference(moved, want)
+    scale = max((float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
+                 for w in map(np.asarray, want) if w.dtype.kind == "f"), default=0.0)
+    assert_agree(got, want, f"random program (reference moves {condition:.3g})",
+                 max(RTOL_PROGRAMS, CONDITION_FACTOR * condition), floor=1e-6 * scale)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_coverage_cases(case):
+    """Every case of every ``tg.nn`` op, forward and gradients, at its test shapes."""
+    rng = np.random.default_rng(0)
+    arrays = case.inputs(rng)
+    graph = trace(case, arrays)
+    heads = head_values(graph, rng)
+    want = run_tegrad(graph, arrays, heads, target="numpy")
+    got = run_tegrad(graph, arrays, heads, target="cuda")
+    assert_agree(got[0] + got[1], want[0] + want[1], case.name, RTOL)
+
+
+@pytest.mark.parametrize("kind", ["rnn", "lstm", "gru"])
+def test_recurrences_forward_and_gradients(kind):
+    try:
+        from .test_scan import recurrent_case
+    except ImportError:
+        from test_scan import recurrent_case
+
+    out, placeholders, values, _ = recurrent_case(kind, 5, 3, 4, 6, 7)
+    head = tg.placeholder(out.shape, "float64", name="dout")
+    outputs = [out, *tg.gradient(out, placeholders, head=head)]
+    dout = np.random.default_rng(8).standard_normal(out.shape)
+    arrays = [values[p] for p in placeholders] + [dout]
+    got, want = cuda_and_reference([*placeholders, head], outputs, arrays)
+    assert_agree(got, want, kind, RTOL)
+
+
+# -- the generator's rules --------------------------------------------------------------
+
+def test_floor_division_and_modulo_of_negative_operands():
+    a = tg.placeholder((7, 5), "int64", "a")
+    b = tg.placeholder((5,), "int64", "b")
+    q = tg.compute((7, 5), lambda i, j: a[i, j] // b[j], "q")
+    r = tg.compute((7, 5), lambda i, j: a[i, j] % b[j], "r")
+    index = tg.compute((7, 5), lambda i, j: (i - 3) // 2 + (j - 2) % 3, "index")
+    ints = np.arange(-17, 18).reshape(7, 5)
+    divisors = np.array([-3, -2, 2, 3, 7])
+    got, want = cuda_and_reference([a, b], [q, r, index], [ints, divisors])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_array_equal(got[0], ints // divisors)
+    np.testing.assert_array_equal(got[1], ints % divisors)
+
+
+def test_nan_goes_through_max_and_min():
+    x = tg.placeholder((4, 6), "float32", "x")
+    k = tg.reduce_axis((0, 6), "k")
+    rows = tg.compute((4,), lambda i: tg.max(x[i, k], axis=k), "rows")
+    k2 = tg.reduce_axis((0, 6), "k2")
+    low = tg.compute((4,), lambda i: tg.min(x[i, k2], axis=k2), "low")
+    pair = tg.compute((4, 6), lambda i, j: tg.maximum(x[i, j], 0.5), "pair")
+    values = np.arange(24, dtype="float32").reshape(4, 6)
+    values[1, 3] = np.nan
+    values[2, 0] = np.nan
+    got, want = cuda_and_reference([x], [rows, low, pair], [values])
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert np.isnan(got[0][1]) and np.isnan(got[1][2]) and np.isnan(got[2][1, 3])
+
+
+def test_offsets_are_int64_from_2_to_the_31_elements():
+    from tegrad.backends.cuda.codegen import general_text
+
+    for n, wide in ((1 << 20, False), (1 << 31, True)):
+        x = tg.placeholder((n,), "float32", "x")
+        y = tg.compute((4,), lambda i: x[i * 1000] * 2.0, "y")
+        text = general_text("k", y)
+        assert text.wide == wide
+        assert ("tl.program_id(0).to(tl.int64)" in text.text) == wide
+
+
+def test_a_bad_gather_index_raises_as_the_reference_does():
+    E = tg.placeholder((5, 3), "float64", "E")
+    idx = tg.placeholder((4,), "int64", "idx")
+    out = tg.compute((4, 3), lambda i, j: E[idx[i], j], "rows")
+    f = tg.build([E, idx], out, target="cuda")
+    e = np.arange(15.0).reshape(5, 3)
+    np.testing.assert_array_equal(f(e, np.array([4, 0, 2, 2])), e[[4, 0, 2, 2]])
+    with pytest.raises(IndexError, match=r"rows: gather E\[\.\.\.\] index 0 got value 7"):
+        f(e, np.array([1, 7, 0, 0]))
+    with pytest.raises(IndexError, match=r"rows: gather E\[\.\.\.\] index 0 got value -1"):
+        f(e, np.array([1, 0, -1, 0]))
+
+
+def test_a_guarded_gather_is_checked_only_where_its_guard_holds():
+    E = tg.placeholder((5, 3), "float64", "E")
+    idx = tg.placeholder((4,), "int64", "idx")
+    out = tg.compute((4, 3), lambda i, j: tg.if_then_else(
+        tg.not_equal(idx[i], -100), E[idx[i], j], 0.0), "rows")
+    ids = np.array([4, -100, 2, -100])
+    got, want = cuda_and_reference([E, idx], [out], [np.arange(15.0).reshape(5, 3), ids])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_scatters_match_the_reference_and_are_bitwise_repeatable():
+    E = tg.placeholder((50, 16), "float32", "E")
+    idx = tg.placeholder((3000,), "int64", "idx")
+    out = tg.compute((3000, 16), lambda i, j: E[idx[i], j], "emb")
+    H = tg.placeholder(out.shape, "float32", "H")
+    grads = tg.gradient(out, [E], H)
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((50, 16)).astype("float32"), rng.integers(0, 40, 3000),
+            rng.standard_normal((3000, 16)).astype("float32")]
+    f = tg.build([E, idx, H], grads, target="cuda")
+    assert any(k.kind == "scatter" for k in f.program.plan.kernels)
+    first = f(*args)[0]
+    want = tg.build([E, idx, H], grads, target="numpy")(*args)[0]
+    np.testing.assert_array_equal(first, want)  # float64 sums in grid order, as bincount
+    assert not first[40:].any()
+    for _ in range(2):
+        np.testing.assert_array_equal(f(*args)[0], first)
+
+
+# -- the API --------------------------------------------------------------------------
+
+def _softmax_program():
+    x = tg.placeholder((8, 16), "float32", "x")
+    y = tg.nn.softmax(x, -1)
+    h = tg.placeholder(y.shape, "float32", "h")
+    return [x, h], [y, *tg.gradient(y, [x], h)]
+
+
+def test_tensors_in_give_tensors_out_arrays_in_give_arrays_out():
+    inputs, outputs = _softmax_program()
+    f = tg.build(inputs, outputs, target="cuda")
+    rng = np.random.default_rng(1)
+    x, h = (rng.standard_normal((8, 16)).astype("float32") for _ in range(2))
+    arrays = f(x, h)
+    assert all(type(a) is np.ndarray and a.dtype == np.float32 for a in arrays)
+    tensors = f(torch.from_numpy(x).to(device.device()), torch.from_numpy(h).to(device.device()))
+    assert all(isinstance(t, torch.Tensor) and t.device == device.device() for t in tensors)
+    for a, t in zip(arrays, tensors, strict=True):
+        np.testing.assert_array_equal(a, t.cpu().numpy())
+    ref = torch.softmax(torch.from_numpy(x.astype("float64")), -1).numpy()
+    np.testing.assert_allclose(arrays[0], ref, rtol=1e-5, atol=1e-7)
+
+
+def test_bad_inputs_are_refused_naming_the_placeholder():
+    inputs, outputs = _softmax_program()
+    f = tg.build(inputs, outputs, target="cuda")
+    with pytest.raises(ValueError, match="placeholder x: expected shape"):
+        f(torch.zeros(8, 15), torch.zeros(8, 16))
+    with pytest.raises(TypeError, match="placeholder x: expected dtype float32"):
+        f(torch.zeros(8, 16, dtype=torch.int64), torch.zeros(8, 16))
+    with pytest.raises(TypeError, match="expected 2 arrays"):
+        f(torch.zeros(8, 16))
+
+
+def test_target_none_takes_cuda_only_on_a_gpu_and_passes_it_over_silently():
+    inputs, outputs = _softmax_program()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f = tg.build(inputs, outputs)
+    assert f.target == ("cpu" if device.interpreting() else "cuda")
+
+
+# -- compiled for the H200 without one --------------------------------------------------
+
+COMPILE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import tegrad as tg
+from optable import SPECS
+from tegrad.backends.cuda.compiler import compile_for
+from tegrad.backends.cuda.program import blueprint, fused
+from tegrad.lower.plan import plan
+report = []
+for spec in SPECS:
+    inputs, out = spec.build()
+    head = tg.placeholder(out.shape, out.dtype, name="H")
+    outputs = [out, *tg.gradient(out, [inputs[k] for k in spec.diff], head=head)]
+    options = tg.Options.from_environment()
+    for text in blueprint(fused(plan(outputs, options=options), options)).texts():
+        ptx = compile_for(text).asm["ptx"]
+        report.append([spec.name, text.name, len(ptx), "tf32" in ptx])
+print(json.dumps(report))
+"""
+
+
+def test_every_op_table_kernel_compiles_for_sm_90(tmp_path):
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+           "TEGRAD_CACHE_DIR": str(tmp_path / "tegrad")}
+    here = Path(__file__).resolve().parent
+    done = subprocess.run([sys.executable, "-c", COMPILE, str(here)], env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name for name, *_ in report} == {s.name for s in SPECS}
+    assert all(size > 0 and not tf32 for _, _, size, tf32 in report)
