@@ -152,7 +152,7 @@ def test_offsets_are_int64_from_2_to_the_31_elements():
 
     for n, wide in ((1 << 20, False), (1 << 31, True)):
         x = tg.placeholder((n,), "float32", "x")
-        y = tg.compute((4,), lambda i: x[i * 1000] * 2.0, "y")
+        y = tg.compute((4,), lambda i, x=x: x[i * 1000] * 2.0, "y")
         text = general_text("k", y)
         assert text.wide == wide
         assert ("tl.program_id(0).to(tl.int64)" in text.text) == wide
