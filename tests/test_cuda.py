@@ -276,3 +276,44 @@ def test_every_op_table_kernel_compiles_for_sm_90(tmp_path):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert {name for name, *_ in report} == {s.name for s in SPECS}
     assert all(size > 0 and not tf32 for _, _, size, tf32 in report)
+
+
+# -- PyTorch ------------------------------------------------------------------------------
+
+def test_to_torch_on_the_cuda_target_with_double_backward():
+    conv = tg.to_torch(tg.nn.conv2d, target="cuda")
+    where = device.device()
+    rng = np.random.default_rng(3)
+    x = torch.tensor(rng.standard_normal((2, 3, 6, 6)), device=where, requires_grad=True)
+    w = torch.tensor(rng.standard_normal((4, 3, 3, 3)), device=where, requires_grad=True)
+    y = conv(x, w, stride=2, padding=1)
+    assert y.device == where
+    ref = torch.nn.functional.conv2d(x.detach().cpu(), w.detach().cpu(), stride=2, padding=1)
+    np.testing.assert_allclose(y.detach().cpu().numpy(), ref.numpy(), rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda a, b: conv(a, b, stride=2, padding=1), (x, w))
+    assert torch.autograd.gradgradcheck(lambda a, b: conv(a, b, stride=2, padding=1), (x, w))
+
+
+def test_to_torch_refuses_a_tensor_off_the_targets_device():
+    with pytest.raises(ValueError, match="target must be None or 'cuda'"):
+        tg.to_torch(tg.nn.relu, target="gpu")
+    if device.interpreting():
+        meta = torch.zeros(3, device="meta")
+        with pytest.raises(ValueError, match="the cuda target runs on cpu"):
+            tg.to_torch(tg.nn.relu, target="cuda")(meta)
+
+
+def test_build_vjp_keeps_tensors_on_the_device():
+    x = tg.placeholder((8, 16), "float32", "x")
+    forward, backward = tg.build_vjp([x], tg.nn.softmax(x, -1), target="cuda")
+    rng = np.random.default_rng(2)
+    a, h = (rng.standard_normal((8, 16)).astype("float32") for _ in range(2))
+    where = device.device()
+    y, saved = forward(torch.from_numpy(a).to(where))
+    (dx,) = backward(saved, torch.from_numpy(h).to(where))
+    assert isinstance(y, torch.Tensor) and isinstance(dx, torch.Tensor) and dx.device == where
+    ref_forward, ref_backward = tg.build_vjp([x], tg.nn.softmax(x, -1), target="numpy")
+    ref_y, ref_saved = ref_forward(a)
+    np.testing.assert_allclose(y.cpu().numpy(), ref_y, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(dx.cpu().numpy(), ref_backward(ref_saved, h)[0], rtol=1e-5,
+                               atol=1e-6)

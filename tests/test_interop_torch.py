@@ -223,7 +223,7 @@ def test_trace_cache_is_keyed_by_shape_dtype_and_static_arguments():
 
 def test_errors_name_the_problem():
     conv = to_torch(tg.nn.conv2d)
-    with pytest.raises(ValueError, match="CPU tensors only"):
+    with pytest.raises(ValueError, match="CPU tensors on the cpu target and CUDA tensors"):
         conv(torch.empty(1, 2, 5, 5, device="meta"), torch.empty(3, 2, 3, 3, device="meta"))
     with pytest.raises(TypeError, match="float16"):
         conv(torch.randn(1, 2, 5, 5).half(), torch.randn(3, 2, 3, 3).half())

@@ -72,6 +72,7 @@ class GraphFunction:
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
         self._splits: dict[tuple[int, ...], SplitVJP] = {}
+        self._on: dict[str, Callable] = {}  # target name -> its build (``on``)
         self._lock = threading.Lock()
         self.extras: dict = {}  # per-graph objects of the bridges (a JAX function, ...)
 
@@ -91,6 +92,19 @@ class GraphFunction:
                     self._program = build(list(self.inputs), list(self.outputs))
                     STATS.builds += 1
         return self.checked(self._program(*arrays))
+
+    def on(self, target: str) -> Callable:
+        """The graph built for ``target`` (once): a callable on that target's arrays,
+        e.g. torch CUDA tensors for ``"cuda"``, returning a tuple of its results."""
+        found = self._on.get(target)
+        if found is None:
+            with self._lock:
+                found = self._on.get(target)
+                if found is None:
+                    found = self._on[target] = build(list(self.inputs), list(self.outputs),
+                                                     target=target)
+                    STATS.builds += 1
+        return found
 
     def call_exact(self, arrays: list) -> Sequence[np.ndarray]:
         """``self(*arrays)`` for NumPy arrays known to be of the inputs' shapes and dtype

@@ -23,7 +23,14 @@ from ..ir.tensor import Placeholder, Tensor, placeholder
 from ..lower.plan import plan
 from ..lower.split import split_plan
 from ..options import Options
-from .runtime import check_signature, checked_feed, checked_options, input_specs, make_programs
+from .runtime import (
+    check_signature,
+    checked_feed,
+    checked_options,
+    coerce_input,
+    input_specs,
+    make_programs,
+)
 
 
 class Saved:
@@ -121,9 +128,12 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
                      options)
     expected, head_spec = input_specs(ins), input_specs([head])
     pair = object()  # the identity a Saved is checked against
+    # (the cuda target takes its torch tensors as they are)
+    coerce_in = getattr(split.forward_program, "coerce", coerce_input)
+    coerce_head = getattr(split.backward_program, "coerce", coerce_input)
 
     def forward(*arrays):
-        (value,), values = split.forward(checked_feed(expected, arrays))
+        (value,), values = split.forward(checked_feed(expected, arrays, coerce_in))
         return value, Saved(pair, values)
 
     def backward(saved, head_array):
@@ -131,7 +141,7 @@ def build_vjp(inputs: Sequence[Tensor], output: Tensor, wrt: Sequence[Tensor] | 
             raise TypeError("backward: saved must be what this pair's forward returned, got "
                             f"{type(saved).__name__}")
         return split.backward(saved._values,
-                              [checked_feed(head_spec, (head_array,))[head]])
+                              [checked_feed(head_spec, (head_array,), coerce_head)[head]])
 
     forward.program, backward.program = split.forward_program, split.backward_program
     forward.target = backward.target = split.target

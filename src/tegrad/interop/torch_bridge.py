@@ -16,9 +16,15 @@ op once per batch element (the graph is traced for one element's shapes).
 
 The call's torch.Tensors (positional or keyword, also inside lists and tuples) become
 placeholders; every other argument (``stride=2``, ``normalized_shape``) is passed to
-``fn`` unchanged and is part of the cache key, as are the shapes and dtypes. Tensors must
-live on the CPU (a CUDA tensor raises, naming the device) and be float32, float64,
-int32, int64 or bool; integer inputs get no gradient (``None``).
+``fn`` unchanged and is part of the cache key, as are the shapes and dtypes. Tensors are
+float32, float64, int32, int64 or bool; integer inputs get no gradient (``None``).
+
+Devices: CPU tensors run on the default target (the compiled cpu target); CUDA tensors
+run on ``target="cuda"`` (Triton kernels on the tensors' memory, on the current stream;
+results are new CUDA tensors), backward and double backward too. ``to_torch(fn,
+target="cuda")`` sends CPU tensors to it as well (in Triton's interpreter without a GPU).
+On the cuda target a backward runs the VJP graph on the saved inputs (it does not reuse
+forward values, which the cpu path keeps through ``split_vjp``).
 
 Memory: a CPU tensor's array is a view (``tensor.detach().numpy()``), results come back
 with ``torch.from_numpy``; an output that would alias an input or another output, or is
@@ -52,25 +58,29 @@ def _torch():
     return torch
 
 
-def to_torch(fn: Callable) -> Callable:
+def to_torch(fn: Callable, target: str | None = None) -> Callable:
     """``fn`` (building tensors from placeholders) as a callable on ``torch.Tensor``s.
 
     Returns one tensor when ``fn`` returns one tensor, a tuple when it returns a list or
-    tuple. Keyword arguments are passed to ``fn``."""
+    tuple. Keyword arguments are passed to ``fn``. ``target``: None runs CPU tensors on
+    the default target and CUDA tensors on ``"cuda"``; ``"cuda"`` runs every call there."""
     torch = _torch()
     apply = _function_class().apply
+    if target not in (None, "cuda"):
+        raise ValueError(f"tg.to_torch: target must be None or 'cuda', got {target!r}")
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
         tensors, spec_args, spec_kwargs = split_leaves(
             args, kwargs, lambda v: isinstance(v, torch.Tensor))
+        on = target or ("cuda" if any(t.device.type == "cuda" for t in tensors) else None)
         for t in tensors:
-            _check_tensor(t, fn)
+            _check_tensor(t, fn, on)
         graph = trace(fn, spec_args, spec_kwargs)
         # a backward may follow: the forward keeps what it reads (see TegradFunction)
-        _HANDOFF.keep = torch.is_grad_enabled()
+        _HANDOFF.keep = torch.is_grad_enabled() and on is None
         try:
-            outs = apply(graph, *tensors)
+            outs = apply(graph, on, *tensors)
         finally:
             _HANDOFF.keep = False
         return outs[0] if graph.single else tuple(outs)
@@ -79,12 +89,22 @@ def to_torch(fn: Callable) -> Callable:
     return call
 
 
-def _check_tensor(t, fn) -> None:
+def _check_tensor(t, fn, on: str | None) -> None:
     name = getattr(fn, "__name__", "fn")
-    if t.device.type != "cpu":
+    if on == "cuda":
+        from ..backends.cuda import device
+
+        missing = device.unavailable()
+        if missing is not None:
+            raise ValueError(f"tg.to_torch({name}): {missing}")
+        if t.device != device.device():
+            raise ValueError(f"tg.to_torch({name}): got a tensor on device {t.device}; the "
+                             f"cuda target runs on {device.device()}")
+    elif t.device.type != "cpu":
         raise ValueError(
             f"tg.to_torch({name}): got a tensor on device {t.device}; tegrad's PyTorch bridge "
-            "runs on CPU tensors only (CUDA is not supported yet): move it with .cpu()")
+            "runs CPU tensors on the cpu target and CUDA tensors on the cuda target: move it "
+            "with .cpu() or .cuda()")
     dtype = str(t.dtype).removeprefix("torch.")
     if dtype not in _SUPPORTED:
         raise TypeError(f"tg.to_torch({name}): unsupported dtype {t.dtype} (shape "
@@ -113,6 +133,17 @@ def as_tensors(values: tuple[np.ndarray, ...], inputs: list[np.ndarray]) -> list
     return out
 
 
+def _fresh(results, inputs) -> list:
+    """A target's results as the outputs of one autograd node: a result that is an input
+    tensor (an identity) or an earlier result is cloned, so each output is its own tensor."""
+    out: list = []
+    for r in results:
+        if any(r is t for t in (*inputs, *out)):
+            r = r.clone()
+        out.append(r)
+    return out
+
+
 # forward -> setup_context of one apply: whether to keep values for a backward, and the
 # values kept (``TegradFunction``); per thread
 _HANDOFF = threading.local()
@@ -129,7 +160,9 @@ def _function_class():
         mode on and an input requiring grad runs the forward that keeps them."""
 
         @staticmethod
-        def forward(graph: GraphFunction, *tensors):
+        def forward(graph: GraphFunction, on: str | None, *tensors):
+            if on is not None:  # the target's own tensors in and out
+                return tuple(_fresh(graph.on(on)(*tensors), tensors))
             arrays = [as_array(t) for t in tensors]
             wrt = tuple(k for k in graph.float_inputs if tensors[k].requires_grad)
             _HANDOFF.kept = None  # (what an earlier forward kept went to its setup_context)
@@ -143,8 +176,8 @@ def _function_class():
 
         @staticmethod
         def setup_context(ctx, inputs, output):
-            graph, *tensors = inputs
-            ctx.graph = graph
+            graph, on, *tensors = inputs
+            ctx.graph, ctx.on = graph, on
             ctx.kept = getattr(_HANDOFF, "kept", None)
             _HANDOFF.kept = None
             ctx.save_for_backward(*tensors)
@@ -153,23 +186,23 @@ def _function_class():
                                           if k not in graph.float_outputs))
 
         @staticmethod
-        def jvp(ctx, _graph_dot, *dots):
+        def jvp(ctx, _graph_dot, _on_dot, *dots):
             """Forward mode (``torch.func.jacfwd``, ``torch.autograd.forward_ad``):
             ``graph.jvp()`` applied through this class again."""
             graph: GraphFunction = ctx.graph
             inputs = ctx.saved_tensors
             tangents = [torch.zeros_like(inputs[k]) if dots[k] is None else dots[k]
                         for k in graph.float_inputs]
-            found = iter(TegradFunction.apply(graph.jvp(), *inputs, *tangents))
+            found = iter(TegradFunction.apply(graph.jvp(), ctx.on, *inputs, *tangents))
             return tuple(next(found) if k in graph.float_outputs else None
                          for k in range(len(graph.outputs)))
 
         @staticmethod
-        def vmap(info, in_dims, graph: GraphFunction, *tensors):
+        def vmap(info, in_dims, graph: GraphFunction, on, *tensors):
             """``torch.vmap`` (and ``torch.func.jacrev``): one call per batch element (the
             graph is traced for one element's shapes)."""
-            dims = in_dims[1:]
-            rows = [TegradFunction.apply(graph, *(t if d is None else t.select(d, b)
+            dims = in_dims[2:]
+            rows = [TegradFunction.apply(graph, on, *(t if d is None else t.select(d, b)
                                                    for t, d in zip(tensors, dims, strict=True)))
                     for b in range(info.batch_size)]
             outs = tuple(torch.stack([row[k] for row in rows]) for k in range(len(graph.outputs)))
@@ -179,7 +212,7 @@ def _function_class():
         def backward(ctx, *grads):
             graph: GraphFunction = ctx.graph
             n = len(graph.inputs)
-            wrt = tuple(k for k in graph.float_inputs if ctx.needs_input_grad[k + 1])
+            wrt = tuple(k for k in graph.float_inputs if ctx.needs_input_grad[k + 2])
             result: list = [None] * n
             kept = ctx.kept  # (valid for any number of backwards, as saved tensors are)
             if wrt and kept is not None and not torch.is_grad_enabled() \
@@ -196,10 +229,10 @@ def _function_class():
             elif wrt:
                 inputs = ctx.saved_tensors
                 heads = [grads[k] for k in graph.float_outputs]
-                found = TegradFunction.apply(graph.vjp(wrt), *inputs, *heads)
+                found = TegradFunction.apply(graph.vjp(wrt), ctx.on, *inputs, *heads)
                 for k, g in zip(wrt, found, strict=True):
                     result[k] = g
-            return (None, *result)
+            return (None, None, *result)
 
     return TegradFunction
 
