@@ -317,3 +317,42 @@ def test_build_vjp_keeps_tensors_on_the_device():
     np.testing.assert_allclose(y.cpu().numpy(), ref_y, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(dx.cpu().numpy(), ref_backward(ref_saved, h)[0], rtol=1e-5,
                                atol=1e-6)
+
+
+# -- contractions on the device's BLAS ----------------------------------------------------
+
+def _ph(shape, name):
+    return tg.placeholder(shape, "float64", name)
+
+
+BLAS_LAYERS = {  # large enough that the plan keeps their products as contractions
+    "matmul": ([(48, 40), (40, 56)], lambda a, b: tg.nn.matmul(a, b)),
+    "batched_matmul": ([(4, 24, 32), (4, 32, 20)], lambda a, b: tg.nn.matmul(a, b)),
+    "linear": ([(32, 64), (48, 64), (48,)], lambda x, w, b: tg.nn.linear(x, w, b)),
+    "conv2d": ([(2, 8, 12, 12), (8, 8, 3, 3)], lambda x, w: tg.nn.conv2d(x, w, padding=1)),
+    "conv2d_stride_2": ([(2, 8, 12, 12), (16, 8, 3, 3)],
+                        lambda x, w: tg.nn.conv2d(x, w, stride=2, padding=1)),
+    "conv2d_1x1_stride_2": ([(4, 16, 12, 12), (32, 16, 1, 1)],
+                            lambda x, w: tg.nn.conv2d(x, w, stride=2)),
+    "conv_transpose2d": ([(2, 16, 8, 8), (16, 8, 3, 3)], lambda x, w: tg.nn.conv_transpose2d(
+        x, w, stride=2, padding=1, output_padding=1)),
+    "attention": ([(2, 16, 32)] * 3, lambda q, k, v: tg.nn.scaled_dot_product_attention(q, k, v)),
+}
+
+
+@pytest.mark.parametrize("products", [True, False], ids=["einsum", "kernels"])
+@pytest.mark.parametrize("name", list(BLAS_LAYERS))
+def test_contractions_as_einsums_and_as_kernels(name, products):
+    shapes, layer = BLAS_LAYERS[name]
+    inputs = [_ph(s, f"x{k}") for k, s in enumerate(shapes)]
+    out = layer(*inputs)
+    head = tg.placeholder(out.shape, out.dtype, "H")
+    outputs = [out, *tg.gradient(out, inputs, head=head)]
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(p.shape) for p in [*inputs, head]]
+    options = tg.Options.from_environment().replace(cuda_products=products)
+    f = tg.build([*inputs, head], outputs, target="cuda", options=options)
+    made = [step for step in f.program.steps if type(step).__name__ == "Product"]
+    assert bool(made) == products
+    want = tg.build([*inputs, head], outputs, target="numpy")(*arrays)
+    assert_agree(f(*arrays), want, name, RTOL)

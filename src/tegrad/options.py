@@ -122,6 +122,8 @@ class Options:
     stream_traffic_bytes: int = 40 << 20
     stage_min_bytes: int = 256  # an iteration's staged part: at least (whole lines)
     compiled_scatters: bool = True  # scatter-adds as generated C (lower/nest_scatter.py)
+    # target "cuda": contractions as torch.einsum of strided views, on cuBLAS (cuda/products)
+    cuda_products: bool = True
     # running
     shared_rows_bytes: int = 1 << 20  # a scan weight's product split by rows (packed.py)
     min_phases: int = 2  # fewest residue classes written through one interleaving copy

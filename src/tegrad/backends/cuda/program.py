@@ -30,12 +30,14 @@ from ..runtime import coerce_input
 from ..target import TargetFailed
 from . import device as dev
 from .codegen import KernelText, Unsupported, general_text, scatter_text
+from .products import NotAProduct, Product, product_of, run_product
 
 
 @dataclass
 class Blueprint:
-    """A fused plan and per kernel its ``KernelText`` (general kernels, contractions,
-    scatters' grids) or a scan's step ``Blueprint``. Plain data."""
+    """A fused plan and per kernel its ``KernelText`` (general kernels, contractions not
+    made as einsums, scatters' grids), its ``Product`` (``products.py``) or a scan's step
+    ``Blueprint``. Plain data."""
 
     plan: Plan
     parts: list
@@ -43,7 +45,10 @@ class Blueprint:
     def texts(self) -> list[KernelText]:
         out = []
         for part in self.parts:
-            out += part.texts() if isinstance(part, Blueprint) else [part]
+            if isinstance(part, Blueprint):
+                out += part.texts()
+            elif isinstance(part, KernelText):
+                out.append(part)
         return out
 
 
@@ -56,29 +61,42 @@ def fused(made: Plan, options: Options) -> Plan:
     return Plan(kernels, made.outputs, made.notes)
 
 
-def blueprint(made: Plan, numbers: Iterator[int] | None = None) -> Blueprint:
+def blueprint(made: Plan, numbers: Iterator[int] | None = None,
+              options: Options | None = None) -> Blueprint:
     """The kernels of a fused plan written as Triton (named ``k0, k1, ...`` across step
-    plans); a kernel the generator cannot write fails the target, saying which."""
+    plans), contractions as einsums (``products.py``) where ``options.cuda_products``; a
+    kernel the generator cannot write fails the target, saying which."""
     numbers = itertools.count() if numbers is None else numbers
+    options = options or Options.from_environment()
     parts: list = []
     for kernel in made.kernels:
         try:
             if isinstance(kernel, General):
                 parts.append(general_text(f"k{next(numbers)}", kernel.body_of))
             elif isinstance(kernel, Contraction):
-                parts.append(general_text(f"k{next(numbers)}", kernel.tensor))
+                parts.append(_product(kernel, numbers, options))
             elif isinstance(kernel, Scatter):
                 parts.append(scatter_text(f"k{next(numbers)}", kernel.scatter))
             elif isinstance(kernel, ScanKernel):
                 if kernel.checkpointed:
                     raise Unsupported("a scan whose histories are checkpointed")
-                parts.append(blueprint(kernel.plan, numbers))
+                parts.append(blueprint(kernel.plan, numbers, options))
             else:
                 raise Unsupported(f"a {kernel.kind} kernel")
         except Unsupported as error:
             raise TargetFailed(f"target 'cuda' cannot write {kernel.tensor.name}: {error}") \
                 from error
     return Blueprint(made, parts)
+
+
+def _product(kernel: Contraction, numbers: Iterator[int], options: Options):
+    """A contraction as einsums of views, else as a general kernel."""
+    if options.cuda_products:
+        try:
+            return product_of(kernel.contraction)
+        except NotAProduct:
+            pass
+    return general_text(f"k{next(numbers)}", kernel.tensor)
 
 
 class Launch:
@@ -123,6 +141,9 @@ class CudaProgram:
                 self.steps.append(CudaProgram(part, kernel.step.placeholders(), options,
                                               top=False))
                 continue
+            if isinstance(part, Product):
+                self.steps.append(part)
+                continue
             launch = Launch(part)
             self.steps.append((launch, len(self.gathers)))
             self.gathers += [(kernel.tensor.name, m) for m in part.gathers]
@@ -159,6 +180,8 @@ class CudaProgram:
                 arrays.update(run_scan(kernel, arrays, step.step_program, self._empty))
             elif isinstance(kernel, Scatter):
                 arrays[kernel.tensor] = self._scatter(kernel, step, arrays)
+            elif isinstance(step, Product):
+                arrays[kernel.tensor] = run_product(step, arrays, self.device)
             else:
                 launch, _ = step
                 out = torch.empty(kernel.tensor.shape, dtype=dev.torch_dtype(kernel.tensor.dtype),

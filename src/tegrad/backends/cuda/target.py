@@ -30,7 +30,7 @@ class CudaTarget:
     def prepare(self, plan, options: Options):
         from .program import blueprint, fused
 
-        return blueprint(fused(plan, options))
+        return blueprint(fused(plan, options), options=options)
 
     def program(self, prepared, inputs: list, options: Options):
         from .program import CudaProgram
