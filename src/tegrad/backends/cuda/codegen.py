@@ -87,6 +87,7 @@ from .tl_ops import (
 )
 
 WIDE = 1 << 31  # elements from which offsets are int64
+MAX_COLUMNS = 4096  # the widest last axis the rows layout takes in one block
 BLOCKED = ("sum", "max", "min")
 
 
@@ -98,9 +99,10 @@ class Unsupported(NotImplementedError):
 class KernelText:
     """One kernel's module: ``text`` defines ``name``, taking the outputs' pointers, then
     those of ``reads``, then (with ``gathers``) the error buffer, then ``XBLOCK`` and
-    ``RBLOCK``. ``outputs``: ``(shape, dtype)`` per output; ``numel``: the lanes;
-    ``reduction``: the most points of a blocked reduction (0: none); ``gathers``: per
-    checked gather, its message (``{value}`` for the index found)."""
+    ``RBLOCK`` and ``CBLOCK``. ``outputs``: ``(shape, dtype)`` per output; ``numel``: the
+    lanes (rows in the rows layout); ``columns``: the last axis's extent in the rows layout
+    (1: the flat one); ``reduction``: the most points of a blocked reduction (0: none);
+    ``gathers``: per checked gather, its message (``{value}`` for the index found)."""
 
     name: str
     text: str
@@ -110,6 +112,7 @@ class KernelText:
     reduction: int
     gathers: tuple[str, ...]
     wide: bool
+    columns: int = 1
 
     def signature(self) -> dict:
         """Triton's signature of the kernel's arguments (for compiling it ahead of a GPU)."""
@@ -117,17 +120,29 @@ class KernelText:
         sig.update({f"in{k}": f"*{SIGNATURE_DTYPE[t.dtype]}" for k, t in enumerate(self.reads)})
         if self.gathers:
             sig["err"] = "*i64"
-        sig.update(XBLOCK="constexpr", RBLOCK="constexpr")
+        sig.update(XBLOCK="constexpr", RBLOCK="constexpr", CBLOCK="constexpr")
         return sig
 
 
 def general_text(name: str, t: Compute) -> KernelText:
-    """The kernel writing compute ``t`` (its own body, over its axes)."""
-    w = _Writer(t.axes, _wide(t, [t.shape]))
+    """The kernel writing compute ``t`` (its own body, over its axes), in the rows layout
+    where a reduction of it is one per row (``by_rows``), else flat."""
+    w = _Writer(t.axes, _wide(t, [t.shape]), by_rows(t))
     value = w.emit(t.body, ())
-    w.put(0, f"tl.store(out0 + xindex, {w.broadcast(value)}.to({TL_DTYPE[t.dtype]}), "
-             "mask=xmask)")
+    w.put(0, f"tl.store(out0 + {w.store_offset}, {w.broadcast(value)}.to({TL_DTYPE[t.dtype]}), "
+             f"mask={w.store_mask})")
     return w.text(name, [(t.shape, t.dtype)])
+
+
+def by_rows(t: Compute) -> bool:
+    """The rows layout: where the last axis has up to ``MAX_COLUMNS`` points and some
+    reduction of the body depends on the leading axes only (a row's statistic: computed
+    once per row, not once per point)."""
+    if len(t.axes) == 0 or not 2 <= t.shape[-1] <= MAX_COLUMNS:
+        return False
+    axes, last = frozenset(t.axes), t.axes[-1]
+    return any(isinstance(x, Reduce) and free_vars(x) <= axes and last not in free_vars(x)
+               for x in walk(t.body))
 
 
 def scatter_text(name: str, s: Scatter) -> KernelText:
@@ -135,7 +150,7 @@ def scatter_text(name: str, s: Scatter) -> KernelText:
     a condition fails) and its value, in the accumulation dtype (``scatter.py`` adds them
     up in grid order)."""
     grid_shape = tuple(v.extent for v in s.grid)
-    w = _Writer(s.grid, _wide(s, [grid_shape, s.shape]))
+    w = _Writer(s.grid, _wide(s, [grid_shape, s.shape]), False)
     holds = [w.emit(c, s.conds[:k]) for k, c in enumerate(s.conds)]
     strides = [math.prod(s.shape[m + 1:]) for m in range(len(s.shape))]
     flat = [f"{w.emit(e, s.conds)}.to(tl.int64) * {stride}"
@@ -173,25 +188,36 @@ class _Writer:
     """Writes one kernel's body (module docstring): ``emit(e, conds)`` names the value of
     ``e`` under the conditions ``conds`` of its path."""
 
-    def __init__(self, domain, wide: bool):
+    def __init__(self, domain, wide: bool, rows: bool):
         self.domain = tuple(domain)
         self.wide = wide
+        self.rows = rows
         self.index = "tl.int64" if wide else "tl.int32"
         self.blocks = [_Block(1, [])]
         self.level_of: dict[Var, int] = {}
-        self.dims_of: dict[Var, tuple[bool, bool]] = {}
+        self.dims_of: dict[Var, tuple[bool, str]] = {}  # rows?, "R" / "C" / "" columns
         self.name_of: dict[Var, str] = {}
         self.memo: dict = {}
         self.numbers = itertools.count()
         self.reads: dict[Tensor, str] = {}
         self.gathers: list[str] = []
         self.reduction = 0
-        self.numel = math.prod(v.extent for v in self.domain)
+        lanes = self.domain[:-1] if rows else self.domain
+        self.numel = math.prod(v.extent for v in lanes)
+        self.columns = self.domain[-1].extent if rows else 1
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.put(0, f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         self.put(0, f"xmask = xindex < {self.numel}")
         self.put(0, f"xc = tl.minimum(xindex, {max(self.numel - 1, 0)})")
-        self._bind_flat(self.domain, "xc", 0, (True, False))
+        self._bind_flat(lanes, "xc", 0, (True, ""))
+        self.store_offset, self.store_mask = "xindex", "xmask"
+        if rows:  # the last axis along the block's columns
+            self.put(0, "cindex = tl.arange(0, CBLOCK)[None, :]")
+            self.put(0, f"cmask = cindex < {self.columns}")
+            self.put(0, f"cc = tl.minimum(cindex, {self.columns - 1})")
+            self._bind_flat(self.domain[-1:], "cc", 0, (False, "C"))
+            self.store_offset = f"xindex * {self.columns} + cindex"
+            self.store_mask = "xmask & cmask"
 
     # -- the text --------------------------------------------------------------------
     def put(self, level: int, line: str) -> None:
@@ -212,20 +238,21 @@ class _Writer:
         if self.gathers:
             args.append("err")
         head = (f"@triton.jit\ndef {name}({', '.join(args)}, XBLOCK: tl.constexpr, "
-                "RBLOCK: tl.constexpr):")
+                "RBLOCK: tl.constexpr, CBLOCK: tl.constexpr):")
         body = "\n".join(self.blocks[0].lines)
         return KernelText(name, f"{tl_math.TEXT}\n\n{head}\n{body}\n", tuple(self.reads),
                           tuple((tuple(s), d) for s, d in outputs), self.numel,
-                          self.reduction, tuple(self.gathers), self.wide)
+                          self.reduction, tuple(self.gathers), self.wide, self.columns)
 
-    def shape(self, dims: tuple[bool, bool]) -> str:
-        return f"[{'XBLOCK' if dims[0] else 1}, {'RBLOCK' if dims[1] else 1}]"
+    def shape(self, dims: tuple[bool, str]) -> str:
+        second = {"R": "RBLOCK", "C": "CBLOCK", "": 1}[dims[1]]
+        return f"[{'XBLOCK' if dims[0] else 1}, {second}]"
 
     def broadcast(self, name: str) -> str:
-        return f"tl.broadcast_to({name}, [XBLOCK, 1])"
+        return f"tl.broadcast_to({name}, [XBLOCK, {'CBLOCK' if self.rows else 1}])"
 
     # -- variables and placement ---------------------------------------------------------
-    def _bind_flat(self, axes, flat: str, level: int, dims: tuple[bool, bool]) -> None:
+    def _bind_flat(self, axes, flat: str, level: int, dims: tuple[bool, str]) -> None:
         """Bind ``axes`` (row-major) from the flat index ``flat`` at ``level``."""
         extents = [v.extent for v in axes]
         for k, v in enumerate(axes):
@@ -246,9 +273,14 @@ class _Writer:
         """The innermost block binding a free variable of ``e`` (0: the top)."""
         return max((self.level_of[v] for v in free_vars(e)), default=0)
 
-    def dims(self, e: Expr) -> tuple[bool, bool]:
+    def dims(self, e: Expr) -> tuple[bool, str]:
+        """Whether a value of ``e`` spans the block's rows, and which columns: a blocked
+        reduction's chunk ("R"), the last axis in the rows layout ("C") or none ("")."""
         fv = free_vars(e)
-        return (any(self.dims_of[v][0] for v in fv), any(self.dims_of[v][1] for v in fv))
+        second = {self.dims_of[v][1] for v in fv} - {""}
+        if len(second) > 1:
+            raise Unsupported("a value over both the columns and a reduction's chunk")
+        return any(self.dims_of[v][0] for v in fv), next(iter(second), "")
 
     def open(self, header: str, level: int) -> int:
         """A loop block inside ``level``'s; its lines join it at ``close``."""
@@ -391,7 +423,7 @@ class _Writer:
         kind = e.combiner.kind
         inner = conds + (tuple(split_conjunction(e.where)) if e.where is not None else ())
         points = math.prod(a.extent for a in e.axes)
-        if level == 0 and kind in BLOCKED:
+        if level == 0 and kind in BLOCKED and self.dims(e)[1] != "C":
             return self.blocked(e, conds, inner, points)
         return self.scalar_loop(e, conds, inner, points, level)
 
@@ -426,7 +458,7 @@ class _Writer:
             lanes = self.assign(level, f"{lanes}.to(tl.int64)", "r")
         lane = self.assign(level, f"{lanes} < {points}", "rm")
         clamped = self.assign(level, f"tl.minimum({lanes}, {max(points - 1, 0)})", "r")
-        self._bind_flat(e.axes, clamped, level, (False, True))
+        self._bind_flat(e.axes, clamped, level, (False, "R"))
         value = self.cast(self.emit(e.source, inner), e.source.dtype, dtype)
         if kind == "sum":
             self.put(level, f"{acc} = {acc} + {self._masked(e, conds, value, '0', lane)}")
@@ -465,7 +497,7 @@ class _Writer:
         step = self.fresh("s")
         loop = self.open(f"for {step} in range({points}):", level)
         point = self.assign(loop, f"{step} + tl.zeros([1, 1], {self.index})", "s")
-        self._bind_flat(e.axes, point, loop, (False, False))
+        self._bind_flat(e.axes, point, loop, (False, ""))
         if kind in ("argmax", "argmin"):
             value = self.emit(e.source, inner)
             better = ">" if kind == "argmax" else "<"

@@ -60,11 +60,10 @@ def _load(key: str, text: str):
     return module
 
 
-def compile_for(kernel: KernelText, arch: int = 90, blocks: tuple[int, int] | None = None,
-                num_warps: int = 4):
+def compile_for(kernel: KernelText, arch: int = 90):
     """``kernel`` compiled for ``sm_<arch>`` (Triton's ``CompiledKernel``: ``asm["ptx"]``,
-    ``asm["cubin"]``), without a GPU. ``blocks``: ``(XBLOCK, RBLOCK)``, by default the
-    launch's on a GPU (``program.launch_blocks``). Needs ``TRITON_INTERPRET`` unset in the
+    ``asm["cubin"]``) with the block sizes and warps of its launch on a GPU
+    (``launch.launch_blocks``), without a GPU. Needs ``TRITON_INTERPRET`` unset in the
     process (the compiler takes a jit function, not an interpreted one)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -72,8 +71,8 @@ def compile_for(kernel: KernelText, arch: int = 90, blocks: tuple[int, int] | No
 
     from .launch import launch_blocks
 
-    x, r = blocks or launch_blocks(kernel, interpreted=False)
+    blocks = launch_blocks(kernel, interpreted=False)
     source = ASTSource(fn=kernel_function(kernel), signature=kernel.signature(),
-                       constexprs={"XBLOCK": x, "RBLOCK": r})
+                       constexprs={"XBLOCK": blocks.x, "RBLOCK": blocks.r, "CBLOCK": blocks.c})
     return triton.compile(source, target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": num_warps})
+                          options={"num_warps": blocks.warps})

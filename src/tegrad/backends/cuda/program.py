@@ -109,14 +109,15 @@ class Launch:
         self.text = text
         self.function = kernel_function(text)
         self.blocks = launch_blocks(text, dev.interpreting())
-        self.grid = grid(text, self.blocks[0])
+        self.grid = grid(text, self.blocks.x)
 
     def __call__(self, outputs: list, reads: list, err) -> None:
-        if self.text.numel == 0:
+        if self.text.numel == 0 or self.text.columns == 0:
             return
         extra = [err] if self.text.gathers else []
-        self.function[self.grid](*outputs, *reads, *extra, XBLOCK=self.blocks[0],
-                                 RBLOCK=self.blocks[1])
+        b = self.blocks
+        self.function[self.grid](*outputs, *reads, *extra, XBLOCK=b.x, RBLOCK=b.r, CBLOCK=b.c,
+                                 num_warps=b.warps)
 
 
 class CudaProgram:
