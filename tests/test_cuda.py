@@ -284,8 +284,8 @@ def test_to_torch_on_the_cuda_target_with_double_backward():
     conv = tg.to_torch(tg.nn.conv2d, target="cuda")
     where = device.device()
     rng = np.random.default_rng(3)
-    x = torch.tensor(rng.standard_normal((2, 3, 6, 6)), device=where, requires_grad=True)
-    w = torch.tensor(rng.standard_normal((4, 3, 3, 3)), device=where, requires_grad=True)
+    x = torch.tensor(rng.standard_normal((1, 2, 4, 4)), device=where, requires_grad=True)
+    w = torch.tensor(rng.standard_normal((1, 2, 3, 3)), device=where, requires_grad=True)
     y = conv(x, w, stride=2, padding=1)
     assert y.device == where
     ref = torch.nn.functional.conv2d(x.detach().cpu(), w.detach().cpu(), stride=2, padding=1)

@@ -408,13 +408,24 @@ class _Writer:
         g = len(self.gathers)
         self.gathers.append(f"gather {e.tensor.name}[...] index {axis} got value {{value}}, "
                             f"outside [0, {dim}) (from {e.indices[axis]!r})")
-        holds = [self.cast(self.emit(c, conds[:k]), c.dtype, "bool")
-                 for k, c in enumerate(conds)]
-        bad = self.assign(level, " & ".join([f"(({name} < 0) | ({name} >= {dim}))", *holds]),
+        own = self.dims(e)[1]
+        mine, across = [], []  # conditions over the index's columns, and over the others
+        for k, c in enumerate(conds):
+            held = self.cast(self.emit(c, conds[:k]), c.dtype, "bool")
+            other = self.dims(c)[1]
+            (across if own and other and other != own else mine).append(held)
+        bad = self.assign(level, " & ".join([f"(({name} < 0) | ({name} >= {dim}))", *mine]),
                           "bad")
+        first = f"tl.where({bad}, {name}.to(tl.int64), {1 << 62})"
+        if across:
+            # a reduction hoisted out of a condition on the last axis (rows layout): some
+            # point of the chunk is bad and some column's condition holds, row by row
+            rows = self.assign(level, f"tl.max({bad}.to(tl.int32), 1)[:, None] > 0")
+            first = self.assign(level, f"tl.min({first}, 1)[:, None]")
+            bad = self.assign(level, " & ".join([rows, *across]), "bad")
+            first = f"tl.where({bad}, {first}, {1 << 62})"
         found = self.assign(level, f"tl.max({bad}.to(tl.int32))")
-        first = self.assign(level, f"tl.min(tl.where({bad}, {name}.to(tl.int64), "
-                                   f"{(1 << 62)}))")
+        first = self.assign(level, f"tl.min({first})")
         self.put(level, f"tl.store(err + {2 * g}, {found}.to(tl.int64), mask={found} > 0)")
         self.put(level, f"tl.store(err + {2 * g + 1}, {first}, mask={found} > 0)")
 
