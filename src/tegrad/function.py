@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .backends import build
-from .backends.runtime import checked_feed, input_specs
+from .backends.feed import checked_feed, input_specs
 from .backends.vjp import SplitVJP
 from .differentiate import gradient, inner_product, jvp
 from .frontend.math import const

@@ -23,14 +23,8 @@ from ..ir.tensor import Placeholder, Tensor, placeholder
 from ..lower.plan import plan
 from ..lower.split import split_plan
 from ..options import Options
-from .runtime import (
-    check_signature,
-    checked_feed,
-    checked_options,
-    coerce_input,
-    input_specs,
-    make_programs,
-)
+from .feed import checked_feed, coerce_input, input_specs
+from .runtime import check_signature, checked_options, make_programs
 
 
 class Saved:

@@ -24,9 +24,9 @@ from ...lower.fusion import fuse
 from ...lower.kernels import Contraction, General, Plan, ScanKernel, Scatter
 from ...lower.views import as_copies
 from ...options import Options
+from ..feed import coerce_input
 from ..host.liveness import dead_after
 from ..host.scan_run import run_scan
-from ..runtime import coerce_input
 from ..target import TargetFailed
 from . import device as dev
 from .codegen import KernelText, Unsupported, general_text, scatter_text
