@@ -32,12 +32,12 @@ torch = pytest.importorskip("torch")
 
 try:
     from .optable import SPECS
-    from .programs import programs, random_inputs
-    from .test_cpu import CONDITION_FACTOR, RTOL_PROGRAMS, assert_agree, scaled_difference
+    from .programs import programs
+    from .test_cpu import agrees_on_op, agrees_on_program, assert_agree
 except ImportError:  # tests/ is not a package: pytest puts it on sys.path
     from optable import SPECS
-    from programs import programs, random_inputs
-    from test_cpu import CONDITION_FACTOR, RTOL_PROGRAMS, assert_agree, scaled_difference
+    from programs import programs
+    from test_cpu import agrees_on_op, agrees_on_program, assert_agree
 
 from tegrad.backends.cuda import device  # noqa: E402
 from tegrad.coverage import CASES  # noqa: E402
@@ -57,33 +57,13 @@ def cuda_and_reference(inputs, outputs, arrays):
 
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
 def test_op_table_forward_and_gradients(spec):
-    inputs, out = spec.build()
-    diff = [inputs[k] for k in spec.diff]
-    head = tg.placeholder(out.shape, out.dtype, name="H")
-    outputs = [out, *tg.gradient(out, diff, head=head)]
-    rng = np.random.default_rng(7)
-    arrays = [*spec.make_inputs(rng), rng.standard_normal(out.shape).astype(out.dtype)]
-    got, want = cuda_and_reference([*inputs, head], outputs, arrays)
-    assert_agree(got, want, spec.name, RTOL)
+    agrees_on_op(spec, cuda_and_reference, RTOL)
 
 
 @settings(max_examples=30, deadline=None)
 @given(program=programs(), seed=st.integers(0, 2**32 - 1))
 def test_random_programs(program, seed):
-    rng = np.random.default_rng(seed)
-    xs = random_inputs(program, rng)
-    head = tg.placeholder(program.output.shape, "float64", name="H")
-    outputs = [*program.computes, *tg.gradient(program.output, program.inputs, head=head)]
-    h = rng.standard_normal(program.output.shape)
-    got, want = cuda_and_reference([*program.inputs, head], outputs, [*xs, h])
-    nudged = [x * (1 + np.finfo(x.dtype).eps * rng.uniform(-2, 2, x.shape))
-              if x.dtype.kind == "f" else x for x in xs]
-    moved = tg.build([*program.inputs, head], outputs, target="numpy")(*nudged, h)
-    condition = scaled_difference(moved, want)
-    scale = max((float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
-                 for w in map(np.asarray, want) if w.dtype.kind == "f"), default=0.0)
-    assert_agree(got, want, f"random program (reference moves {condition:.3g})",
-                 max(RTOL_PROGRAMS, CONDITION_FACTOR * condition), floor=1e-6 * scale)
+    agrees_on_program(program, seed, cuda_and_reference)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -408,12 +408,13 @@ class _Writer:
         g = len(self.gathers)
         self.gathers.append(f"gather {e.tensor.name}[...] index {axis} got value {{value}}, "
                             f"outside [0, {dim}) (from {e.indices[axis]!r})")
-        own = self.dims(e)[1]
-        mine, across = [], []  # conditions over the index's columns, and over the others
+        # inside a blocked reduction of the rows layout, conditions over the last axis
+        # ("C") cannot join those over the chunk ("R") in one block: they come apart
+        chunked = "R" in {self.dims(x)[1] for x in (e.indices[axis], *conds)}
+        mine, across = [], []
         for k, c in enumerate(conds):
             held = self.cast(self.emit(c, conds[:k]), c.dtype, "bool")
-            other = self.dims(c)[1]
-            (across if own and other and other != own else mine).append(held)
+            (across if chunked and self.dims(c)[1] == "C" else mine).append(held)
         bad = self.assign(level, " & ".join([f"(({name} < 0) | ({name} >= {dim}))", *mine]),
                           "bad")
         first = f"tl.where({bad}, {name}.to(tl.int64), {1 << 62})"
@@ -471,15 +472,7 @@ class _Writer:
         clamped = self.assign(level, f"tl.minimum({lanes}, {max(points - 1, 0)})", "r")
         self._bind_flat(e.axes, clamped, level, (False, "R"))
         value = self.cast(self.emit(e.source, inner), e.source.dtype, dtype)
-        if kind == "sum":
-            self.put(level, f"{acc} = {acc} + {self._masked(e, conds, value, '0', lane)}")
-        else:
-            better = ">" if kind == "max" else "<"
-            test = f"({value} {better} {acc})"
-            if dt.is_float(dtype):
-                test = f"({test} | ({value} != {value}))"
-            self.put(level, f"{acc} = tl.where({self._taken(e, conds, test, lane)}, {value}, "
-                            f"{acc})")
+        self._accumulate(e, conds, acc, value, lane, level)
         self.close(level)
         folded = self.assign(0, f"tl.{kind}({acc}, 1)[:, None]")
         if kind != "sum" and dt.is_float(dtype):
@@ -530,19 +523,23 @@ class _Writer:
             self.put(loop, f"{acc} = tl.broadcast_to({combined}, {shape})")
         else:
             value = self.cast(self.emit(e.source, inner), source_dtype, dtype)
-            if kind in ("sum", "prod"):
-                fill = "0" if kind == "sum" else "1"
-                sign = "+" if kind == "sum" else "*"
-                self.put(loop, f"{acc} = {acc} {sign} {self._masked(e, conds, value, fill, None)}")
-            else:
-                better = ">" if kind == "max" else "<"
-                test = f"({value} {better} {acc})"
-                if dt.is_float(dtype):
-                    test = f"({test} | ({value} != {value}))"
-                self.put(loop, f"{acc} = tl.where({self._taken(e, conds, test, None)}, "
-                               f"{value}, {acc})")
+            self._accumulate(e, conds, acc, value, None, loop)
         self.close(loop)
         return acc
+
+    def _accumulate(self, e: Reduce, conds: tuple, acc: str, value: str, lane: str | None,
+                    level: int) -> None:
+        """``acc = f(acc, value)`` where the reduction's masks hold, for ``f`` a sum, a
+        product, or a max or min that keeps NaN."""
+        kind = e.combiner.kind
+        if kind in ("sum", "prod"):
+            fill, sign = ("0", "+") if kind == "sum" else ("1", "*")
+            self.put(level, f"{acc} = {acc} {sign} {self._masked(e, conds, value, fill, lane)}")
+            return
+        test = f"({value} {'>' if kind == 'max' else '<'} {acc})"
+        if dt.is_float(e.dtype):
+            test = f"({test} | ({value} != {value}))"
+        self.put(level, f"{acc} = tl.where({self._taken(e, conds, test, lane)}, {value}, {acc})")
 
 
 def _literal(value, dtype: str) -> str:
