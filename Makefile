@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: setup wheel-check run tour test docs bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks fuzz fuzz-cpu clean
+.PHONY: setup wheel-check run tour test test-cuda docs bench bench-cpu bench-cpu-runs bench-check bench-lstm bench-networks bench-cuda fuzz fuzz-cpu clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -25,6 +25,14 @@ tour: setup
 test: setup
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/python -m pytest
+
+# the cuda target alone: Triton's interpreter where there is no GPU (tests/conftest.py)
+test-cuda: setup
+	$(BIN)/python -m pytest tests/test_cuda.py
+
+# on a GPU machine: versions, the cuda tests on the device and the GPU benchmark (build/gpu)
+bench-cuda: setup
+	PY=$(abspath $(BIN))/python bash benchmarks/gpu_check.sh
 
 # the docs site (docs/, mkdocs.yml) into build/site; any warning fails the build
 docs: setup

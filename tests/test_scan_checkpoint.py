@@ -255,7 +255,11 @@ def test_checkpointing_lowers_the_peak_of_a_backward(target):
     """NumPy reports its arrays to tracemalloc: the peak of a run of the program falls by
     about the history (the gradient of y0 alone, so the adjoint scan is the peak). The
     compiled target keeps buffers (histories too) from run to run: what its pool holds
-    is added to the peak of the second run, which reuses them."""
+    is added to the peak of the second run, which reuses them. The cuda target's tensors
+    are torch's, which tracemalloc does not see: there it is the CheckpointedHistory's
+    own count (the test above) that shows it."""
+    if target == "cuda":
+        pytest.skip("torch's allocator is not seen by tracemalloc")
     steps, width = 120, 1500
     peaks = {}
     for k in (None, 11):

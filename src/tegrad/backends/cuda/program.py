@@ -78,8 +78,6 @@ def blueprint(made: Plan, numbers: Iterator[int] | None = None,
             elif isinstance(kernel, Scatter):
                 parts.append(scatter_text(f"k{next(numbers)}", kernel.scatter))
             elif isinstance(kernel, ScanKernel):
-                if kernel.checkpointed:
-                    raise Unsupported("a scan whose histories are checkpointed")
                 parts.append(blueprint(kernel.plan, numbers, options))
             else:
                 raise Unsupported(f"a {kernel.kind} kernel")

@@ -46,7 +46,7 @@ def run_scan(kernel, arrays: dict, make_program, empty=np.empty) -> dict:
     made = {values: kept[steps.index(x)] for values, x in kernel.saved.items()}
     if kernel.checkpointed:
         rows = [lambda t, v=v: kernel.row(v, t) for v in first]
-        engine = _Checkpoints(kernel, stepper, arrays, kept, rows)
+        engine = _Checkpoints(kernel, stepper, arrays, kept, rows, empty)
         made.update({out: engine.whole[n] if n in engine.whole else
                      CheckpointedHistory(engine, n, out.shape, out.dtype,
                                          weak=n in kernel.unread)
@@ -157,22 +157,26 @@ class _Checkpoints:
     """The forward run of a checkpointed scan and the recompute of its segments, shared by
     the ``CheckpointedHistory`` of each checkpointed state (one recompute fills them all)."""
 
-    def __init__(self, kernel, stepper: _Stepper, arrays: dict, kept: list, rows: list):
+    def __init__(self, kernel, stepper: _Stepper, arrays: dict, kept: list, rows: list,
+                 empty=np.empty):
         op = kernel.op
         self.op, self.stepper, self.kept, self.rows = op, stepper, kept, rows
+        self.empty = empty  # (the backend's arrays: NumPy's, or a device's tensors)
         self.segments = Segments(op.init_rows, op.length, op.checkpoint)
         self.marked = sorted(kernel.checkpointed)
         lags = largest_lags(kernel.step, len(op.states))
         self.lags = {n: lags[n] for n in self.marked}
         self.capacity = max(1, kernel.segments_cached)
-        self.init = {n: np.array(arrays[op.inits[n]], op.states[n].dtype, copy=True)
-                     for n in self.marked}
+        self.init = {}
+        for n in self.marked:
+            self.init[n] = empty(arrays[op.inits[n]].shape, op.states[n].dtype)
+            self.init[n][...] = arrays[op.inits[n]]
         # the states kept whole; the engine holds no CheckpointedHistory (they hold it),
         # so it is freed with the last of them, without waiting for the cycle collector
         self.whole: dict[int, np.ndarray] = {}
         for n, (init, s) in enumerate(zip(op.inits, op.states, strict=True)):
             if n not in self.init:
-                self.whole[n] = np.empty(s.shape, s.dtype)
+                self.whole[n] = empty(s.shape, s.dtype)
                 self.whole[n][: op.init_rows] = arrays[init]
         self.restart: list[dict[int, np.ndarray]] = []
         self.cache: OrderedDict[int, dict[int, np.ndarray]] = OrderedDict()
@@ -194,7 +198,10 @@ class _Checkpoints:
 
     def _stack(self, n: int, rows: list) -> np.ndarray:
         state = self.op.states[n]
-        return np.stack(rows) if rows else np.empty((0, *state.shape[1:]), state.dtype)
+        stacked = self.empty((len(rows), *state.shape[1:]), state.dtype)
+        for k, row in enumerate(rows):
+            stacked[k] = row
+        return stacked
 
     def _reader(self, j: int, buffers: dict):
         """``read(n, r)``: state ``n``'s row ``r`` while segment ``j`` runs (``r`` below
@@ -216,8 +223,8 @@ class _Checkpoints:
 
     def _run_segment(self, j: int, forward: bool) -> dict[int, np.ndarray]:
         start, stop = self.segments.bounds(j)
-        buffers = {n: np.empty((stop - start, *self.op.states[n].shape[1:]),
-                               self.op.states[n].dtype) for n in self.marked}
+        buffers = {n: self.empty((stop - start, *self.op.states[n].shape[1:]),
+                                 self.op.states[n].dtype) for n in self.marked}
         whole = self.whole
 
         states, kept = len(self.op.states), self.kept
@@ -299,7 +306,8 @@ class CheckpointedHistory:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         whole = np.empty(self.shape, self.dtype)
         for r in range(self.shape[0]):
-            whole[r] = self[r]
+            row = self[r]
+            whole[r] = row.cpu().numpy() if hasattr(row, "cpu") else row  # (a device's)
         return whole if dtype is None else whole.astype(dtype)
 
     @property
