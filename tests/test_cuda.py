@@ -336,3 +336,21 @@ def test_contractions_as_einsums_and_as_kernels(name, products):
     assert bool(made) == products
     want = tg.build([*inputs, head], outputs, target="numpy")(*arrays)
     assert_agree(f(*arrays), want, name, RTOL)
+
+
+def test_each_kernel_reports_its_own_bad_gather():
+    E = tg.placeholder((5, 3), "float64", "E")
+    F = tg.placeholder((4, 3), "float64", "F")
+    idx = tg.placeholder((4,), "int64", "idx")
+    jdx = tg.placeholder((4,), "int64", "jdx")
+    rows = tg.compute((4, 3), lambda i, j: E[idx[i], j], "rows")
+    cols = tg.compute((4, 3), lambda i, j: tg.exp(F[jdx[i], j]), "cols")
+    f = tg.build([E, F, idx, jdx], [rows, cols], target="cuda")
+    assert len([k for k in f.program.plan.kernels if k.kind == "general"]) == 2
+    e, g = np.zeros((5, 3)), np.zeros((4, 3))
+    with pytest.raises(IndexError, match=r"cols: gather F\[\.\.\.\] index 0 got value 9"):
+        f(e, g, np.array([0, 1, 2, 3]), np.array([0, 9, 0, 0]))
+    with pytest.raises(IndexError, match=r"rows: gather E\[\.\.\.\] index 0 got value -2"):
+        f(e, g, np.array([0, -2, 2, 3]), np.array([0, 1, 0, 0]))
+    np.testing.assert_array_equal(f(e, g, np.array([4, 1, 2, 3]), np.array([3, 1, 0, 0]))[1],
+                                  np.ones((4, 3)))

@@ -98,14 +98,6 @@ def checked_options(options) -> Options:
     return options
 
 
-
-
-
-
-
-
-
-
 def evaluate(outputs, feed: dict, target: str | None = None, options: Options | None = None):
     """Build and run once: ``feed`` maps placeholders to arrays."""
     outs = [outputs] if isinstance(outputs, Tensor) else list(outputs)
@@ -138,4 +130,3 @@ def check_signature(ins: list[Tensor], outs: list[Tensor]) -> None:
             )
         if not isinstance(t, (Placeholder, Compute, ScanOutput)):
             raise TypeError(f"not a tensor: {t!r}")
-

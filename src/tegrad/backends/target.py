@@ -12,7 +12,12 @@ A target turns lowered plans into programs. It declares
   prepare(plan, options)   what it makes of a lowered plan before it has arrays (the cpu
                        target: the plan with its C text); plain data, so it can be cached
   program(prepared, inputs, options)   a ``Program``: ``run(feed) -> list of arrays``,
-                       with ``plan`` and ``inputs``
+                       with ``plan`` and ``inputs`` (and, where it takes arrays other than
+                       NumPy's, ``coerce(placeholder, array)`` checking one of them)
+
+and may declare ``unavailable_by_default()`` (why ``target=None`` passes it over although
+it can run: the cuda target in Triton's interpreter) and ``quiet_when_unavailable`` (no
+warning for passing it over: most machines have no GPU).
 
 ``register`` adds one; ``resolve(name)`` finds one, naming the known targets when the name
 is not one of them; ``target=None`` takes ``$TEGRAD_TARGET`` or else the first of

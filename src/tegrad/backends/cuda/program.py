@@ -133,21 +133,24 @@ class CudaProgram:
         self.top = top
         self.device = dev.device()
         self.dead_after = dead_after(self.plan, options.free_unread)
+        self.gathers = [(kernel.tensor.name, m)  # (owner, message) per pair of error slots
+                        for kernel, part in zip(self.plan.kernels, made.parts, strict=True)
+                        if isinstance(part, KernelText) for m in part.gathers]
+        self.err = (torch.zeros(2 * len(self.gathers), dtype=torch.int64, device=self.device)
+                    if self.gathers else None)
         self.steps: list = []
-        self.gathers: list[tuple[str, str]] = []  # (owner, message) per error slot pair
+        first = 0  # each kernel's flags: its own slots of the error buffer
         for kernel, part in zip(self.plan.kernels, made.parts, strict=True):
             if isinstance(part, Blueprint):
                 self.steps.append(CudaProgram(part, kernel.step.placeholders(), options,
                                               top=False))
-                continue
-            if isinstance(part, Product):
+            elif isinstance(part, Product):
                 self.steps.append(part)
-                continue
-            launch = Launch(part)
-            self.steps.append((launch, len(self.gathers)))
-            self.gathers += [(kernel.tensor.name, m) for m in part.gathers]
-        self.err = (torch.zeros(max(2 * len(self.gathers), 1), dtype=torch.int64,
-                                device=self.device) if self.gathers else None)
+            else:
+                slots = 2 * len(part.gathers)
+                err = self.err[first:first + slots] if slots else None
+                self.steps.append((Launch(part), err))
+                first += slots
 
     def coerce(self, p, a):
         """A call's array for placeholder ``p``: a torch tensor checked as ``coerce_input``
@@ -182,10 +185,10 @@ class CudaProgram:
             elif isinstance(step, Product):
                 arrays[kernel.tensor] = run_product(step, arrays, self.device)
             else:
-                launch, _ = step
+                launch, err = step
                 out = torch.empty(kernel.tensor.shape, dtype=dev.torch_dtype(kernel.tensor.dtype),
                                   device=self.device)
-                launch([out], [arrays[t] for t in launch.text.reads], self.err)
+                launch([out], [arrays[t] for t in launch.text.reads], err)
                 arrays[kernel.tensor] = out
             for t in self.dead_after[k]:
                 arrays.pop(t, None)
@@ -198,11 +201,11 @@ class CudaProgram:
 
         from .segments import scatter_add
 
-        launch, _ = step
+        launch, err = step
         grid_shape, accumulate = launch.text.outputs[1]
         targets = torch.empty(grid_shape, dtype=torch.int64, device=self.device)
         values = torch.empty(grid_shape, dtype=dev.torch_dtype(accumulate), device=self.device)
-        launch([targets, values], [arrays[t] for t in launch.text.reads], self.err)
+        launch([targets, values], [arrays[t] for t in launch.text.reads], err)
         s = kernel.scatter
         summed = scatter_add(targets.reshape(-1), values.reshape(-1), math.prod(s.shape))
         return summed.reshape(s.shape).to(dev.torch_dtype(s.out_dtype))
