@@ -354,3 +354,25 @@ def test_each_kernel_reports_its_own_bad_gather():
         f(e, g, np.array([0, -2, 2, 3]), np.array([0, 1, 0, 0]))
     np.testing.assert_array_equal(f(e, g, np.array([4, 1, 2, 3]), np.array([3, 1, 0, 0]))[1],
                                   np.ones((4, 3)))
+
+
+def test_to_torch_backward_on_the_cuda_target_reuses_what_the_forward_kept(monkeypatch):
+    from tegrad.backends.vjp import SplitVJP
+
+    runs = []
+    backward = SplitVJP.backward
+    monkeypatch.setattr(SplitVJP, "backward",
+                        lambda self, *a: runs.append(self.target) or backward(self, *a))
+    norm = tg.to_torch(tg.nn.layer_norm, target="cuda")
+    rng = np.random.default_rng(4)
+    where = device.device()
+    x = torch.tensor(rng.standard_normal((6, 10)), device=where, requires_grad=True)
+    w = torch.tensor(rng.standard_normal(10), device=where, requires_grad=True)
+    y = norm(x, (10,), w)
+    (y * y).sum().backward()
+    assert runs == ["cuda"]
+    ref_x, ref_w = (t.detach().cpu().clone().requires_grad_() for t in (x, w))
+    ref = torch.nn.functional.layer_norm(ref_x, (10,), ref_w)
+    (ref * ref).sum().backward()
+    np.testing.assert_allclose(x.grad.cpu().numpy(), ref_x.grad.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(w.grad.cpu().numpy(), ref_w.grad.numpy(), rtol=1e-10, atol=1e-12)

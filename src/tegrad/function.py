@@ -71,7 +71,7 @@ class GraphFunction:
         self._direct: Callable | None = None  # call_exact's runner, once built
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
-        self._splits: dict[tuple[int, ...], SplitVJP] = {}
+        self._splits: dict[tuple, SplitVJP] = {}  # (wrt, target) -> its split
         self._on: dict[str, Callable] = {}  # target name -> its build (``on``)
         self._lock = threading.Lock()
         self.extras: dict = {}  # per-graph objects of the bridges (a JAX function, ...)
@@ -163,19 +163,19 @@ class GraphFunction:
                     found = self._jvps[key] = self._make_jvp(key)
         return found
 
-    def split_vjp(self, wrt: Sequence[int]) -> SplitVJP:
+    def split_vjp(self, wrt: Sequence[int], target: str | None = None) -> SplitVJP:
         """The forward that keeps what the VJP of ``inputs[wrt]`` reads, and that VJP
         (``backends/vjp.py``): a backward given the forward's kept values runs no part of
-        the forward again. Built once per ``wrt`` and cached."""
-        key = tuple(wrt)
+        the forward again. Built once per ``wrt`` and target, and cached."""
+        key = (tuple(wrt), target)
         found = self._splits.get(key)
         if found is None:
             with self._lock:
                 found = self._splits.get(key)
                 if found is None:
-                    heads, grads = self._gradients(key)
+                    heads, grads = self._gradients(key[0])
                     found = self._splits[key] = SplitVJP(self.inputs, self.outputs, heads,
-                                                         grads)
+                                                         grads, target)
                     STATS.builds += 2
         return found
 

@@ -23,8 +23,8 @@ Devices: CPU tensors run on the default target (the compiled cpu target); CUDA t
 run on ``target="cuda"`` (Triton kernels on the tensors' memory, on the current stream;
 results are new CUDA tensors), backward and double backward too. ``to_torch(fn,
 target="cuda")`` sends CPU tensors to it as well (in Triton's interpreter without a GPU).
-On the cuda target a backward runs the VJP graph on the saved inputs (it does not reuse
-forward values, which the cpu path keeps through ``split_vjp``).
+On the cuda target too, a backward without ``create_graph`` runs on the values its
+forward kept, on the device.
 
 Memory: a CPU tensor's array is a view (``tensor.detach().numpy()``), results come back
 with ``torch.from_numpy``; an output that would alias an input or another output, or is
@@ -78,7 +78,7 @@ def to_torch(fn: Callable, target: str | None = None) -> Callable:
             _check_tensor(t, fn, on)
         graph = trace(fn, spec_args, spec_kwargs)
         # a backward may follow: the forward keeps what it reads (see TegradFunction)
-        _HANDOFF.keep = torch.is_grad_enabled() and on is None
+        _HANDOFF.keep = torch.is_grad_enabled()
         try:
             outs = apply(graph, on, *tensors)
         finally:
@@ -161,17 +161,21 @@ def _function_class():
 
         @staticmethod
         def forward(graph: GraphFunction, on: str | None, *tensors):
-            if on is not None:  # the target's own tensors in and out
-                return tuple(_fresh(graph.on(on)(*tensors), tensors))
-            arrays = [as_array(t) for t in tensors]
+            # ``on``: a target taking the tensors themselves (the cuda target), else
+            # NumPy views of them on the default target
+            arrays = tensors if on else [as_array(t) for t in tensors]
             wrt = tuple(k for k in graph.float_inputs if tensors[k].requires_grad)
             _HANDOFF.kept = None  # (what an earlier forward kept went to its setup_context)
             if getattr(_HANDOFF, "keep", False) and wrt and graph.float_outputs:
                 _HANDOFF.keep = False  # (this apply's only: not a nested one's)
-                split = graph.split_vjp(wrt)
-                values, kept = split.forward(graph.feed(arrays))
+                split = graph.split_vjp(wrt, on)
+                values, kept = split.forward(dict(zip(graph.inputs, tensors, strict=True)) if on
+                                             else graph.feed(arrays))
                 _HANDOFF.kept = (split, wrt, kept)
-                return tuple(as_tensors(graph.checked(values), arrays))
+                return tuple(_fresh(values, tensors) if on
+                             else as_tensors(graph.checked(values), arrays))
+            if on:
+                return tuple(_fresh(graph.on(on)(*tensors), tensors))
             return tuple(as_tensors(graph(*arrays), arrays))
 
         @staticmethod
@@ -219,10 +223,14 @@ def _function_class():
                     and set(wrt) <= set(kept[1]):
                 split, computed, values = kept
                 _ = ctx.saved_tensors  # torch's check that no input was changed in place
-                heads = [as_array(grads[k]) for k in graph.float_outputs]
-                found = as_tensors(split.backward(values, heads),
-                                   [*heads, *(v for v in values.values()
-                                              if isinstance(v, np.ndarray))])
+                if ctx.on:
+                    heads = [grads[k] for k in graph.float_outputs]
+                    found = _fresh(split.backward(values, heads), [*heads, *values.values()])
+                else:
+                    heads = [as_array(grads[k]) for k in graph.float_outputs]
+                    found = as_tensors(split.backward(values, heads),
+                                       [*heads, *(v for v in values.values()
+                                                  if isinstance(v, np.ndarray))])
                 for k, g in zip(computed, found, strict=True):
                     if k in wrt:
                         result[k] = g

@@ -7,6 +7,12 @@ points ``xindex = p XBLOCK + [0, XBLOCK)``, a ``[XBLOCK, 1]`` block; each axis i
 every lane of a tail block a copy of the last point, so every value a lane computes is one
 the reference computes too; only the store is masked (``xindex < |D|``).
 
+**The rows layout.** Where the body has a row statistic (a reduction over the leading axes
+only: a softmax's max and sum, a norm's mean), the lanes are the leading axes' rows and
+the last axis lies along the block's ``CBLOCK`` columns (``cindex``, clamped likewise):
+the statistic, computed in a ``[XBLOCK, 1]`` value, is made once per row. A reduction
+that reads the last axis is then a scalar loop over ``[XBLOCK, CBLOCK]`` values.
+
 **Loads never leave their tensors.** The NumPy reference clips every index into its
 dimension (the verifier proved that a read whose index can leave the tensor sits under a
 guard that discards it, ``host/evaluate.py``); here an index that the interval analysis
@@ -26,7 +32,8 @@ motion does with guarded reads.
   ties, custom combiners) and for reductions nested in a blocked one.
 
 The block shape of a value follows from its free variables: ``XBLOCK`` rows if it reads a
-lane axis, ``RBLOCK`` columns if it reads a blocked reduction's axis, ``[1, 1]`` else.
+lane axis, ``RBLOCK`` columns if it reads a blocked reduction's axis, ``CBLOCK`` columns
+if it reads the last axis of the rows layout (never both), ``[1, 1]`` else.
 
 **Code motion.** Every value is placed in the innermost block that binds one of its free
 variables (the top of the kernel, or the loop of a reduction), so a softmax's row max is
@@ -147,8 +154,8 @@ def by_rows(t: Compute) -> bool:
 
 def scatter_text(name: str, s: Scatter) -> KernelText:
     """The kernel of a scatter's grid: per point its flat target in the output (-1 where
-    a condition fails) and its value, in the accumulation dtype (``scatter.py`` adds them
-    up in grid order)."""
+    a condition fails) and its value, in the accumulation dtype (``segments.py`` adds
+    them up in grid order)."""
     grid_shape = tuple(v.extent for v in s.grid)
     w = _Writer(s.grid, _wide(s, [grid_shape, s.shape]), False)
     holds = [w.emit(c, s.conds[:k]) for k, c in enumerate(s.conds)]
