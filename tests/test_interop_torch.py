@@ -353,8 +353,8 @@ def test_a_backward_without_create_graph_reads_what_the_forward_kept(monkeypatch
     calls = {"split_vjp": [], "vjp": 0, "backward": 0}
     split_vjp, vjp, backward = GraphFunction.split_vjp, GraphFunction.vjp, SplitVJP.backward
 
-    def spy_split(self, wrt):
-        found = split_vjp(self, wrt)
+    def spy_split(self, wrt, target=None):
+        found = split_vjp(self, wrt, target)
         calls["split_vjp"].append(found)
         return found
 
