@@ -47,6 +47,10 @@ temporary cache)::
 
     .venv/bin/python tests/differential.py --count 10000 --jobs 2
     .venv/bin/python tests/differential.py --seed 4711 --show     # one program
+    .venv/bin/python tests/differential.py --target cuda --count 300 --jobs 2
+
+``--target cuda`` runs the programs on the cuda target instead (Triton's interpreter
+where there is no GPU), its one setting ``cuda_products`` drawn per program.
 
 ``tests/test_differential.py`` runs a few hundred in the test suite.
 """
@@ -873,9 +877,13 @@ def _difference(got, want) -> float:
     return float(np.max(np.abs(got[finite] - want[finite]), initial=0.0)) / scale
 
 
-def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
-    """Program ``seed`` on the cpu target (under ``choice`` of ``SETTINGS``) against the
-    NumPy reference: forward, an intermediate value and every gradient."""
+CUDA_SETTINGS = ("cuda_products",)  # the cuda target's switches (tg.Options fields)
+
+
+def compare(seed: int, choice: dict[str, bool] | None = None, target: str = "cpu") -> Outcome:
+    """Program ``seed`` on the cpu target (under ``choice`` of ``SETTINGS``) or the cuda
+    target (of ``CUDA_SETTINGS``) against the NumPy reference: forward, an intermediate
+    value and every gradient."""
     p = random_program(seed)
     inputs, outputs, names = _outputs(p)
     rng = np.random.default_rng(seed + 1)
@@ -894,12 +902,14 @@ def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
         exact = tg.build(wide_inputs, wide_outputs, target="numpy", options=copies)(
             *wide.values, head.astype("float64"))
     try:
-        compiled = tg.build(inputs, outputs, target="cpu", options=options_for(choice or {}))
+        options = (options_for(choice or {}) if target == "cpu" else
+                   tg.Options.from_environment().replace(**(choice or {})))
+        compiled = tg.build(inputs, outputs, target=target, options=options)
         got = compiled(*feed)
         kept = [np.array(g, copy=True) for g in got]
         compiled(*(0.5 * v + 0.25 if v.dtype.kind == "f" else v for v in feed))
     except Exception as error:  # noqa: BLE001 - reported with the program
-        return Outcome(seed, False, f"cpu target raised {type(error).__name__}: {error}")
+        return Outcome(seed, False, f"{target} target raised {type(error).__name__}: {error}")
     for name, g, k in zip(names, got, kept, strict=True):
         if not np.array_equal(g, k, equal_nan=True):
             return Outcome(seed, False, f"{name}: changed by a later call of the program")
@@ -922,11 +932,15 @@ def compare(seed: int, choice: dict[str, bool] | None = None) -> Outcome:
 
 
 def _run_one(job):
-    seed, mode = job
-    choice = (random_choice(np.random.default_rng([seed, 7])) if mode == "random"
-              else {} if mode == "default" else {name: mode == "on" for name in SETTINGS})
+    seed, mode, target = job
+    names = SETTINGS if target == "cpu" else CUDA_SETTINGS
+    if mode == "random":
+        choice = (random_choice(np.random.default_rng([seed, 7])) if target == "cpu" else
+                  {name: bool(np.random.default_rng([seed, 7]).integers(2)) for name in names})
+    else:
+        choice = {} if mode == "default" else {name: mode == "on" for name in names}
     try:
-        return compare(seed, choice), choice
+        return compare(seed, choice, target), choice
     except Exception:  # noqa: BLE001 - a generator or reference failure, reported
         return Outcome(seed, False, "reference or generator failed:\n"
                        + traceback.format_exc(limit=4)), choice
@@ -943,18 +957,22 @@ def main(argv=None) -> int:
                         default="random",
                         help="random: every setting drawn per program (default); default: "
                              "as shipped; on/off: every setting forced on / off")
+    parser.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args(argv)
     os.environ.setdefault("TEGRAD_GRAPH_CACHE", "0")
+    if args.target == "cuda" and not os.path.exists("/dev/nvidiactl"):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # (before triton is imported)
     if args.seed is not None:
         if args.show:
             print(random_program(args.seed).describe())
-        outcome, choice = _run_one((args.seed, args.settings))
+        outcome, choice = _run_one((args.seed, args.settings, args.target))
         print("ok" if outcome.ok else f"FAIL: {outcome.what}")
         print("settings:", {k: v for k, v in sorted(choice.items())})
         return 0 if outcome.ok else 1
     from multiprocessing import get_context
 
-    jobs = [(seed, args.settings) for seed in range(args.start, args.start + args.count)]
+    jobs = [(seed, args.settings, args.target)
+            for seed in range(args.start, args.start + args.count)]
     started = time.perf_counter()
     failures, on_off = [], Counter()
     with tempfile.TemporaryDirectory(prefix="tegrad-differential-") as cache:
@@ -969,12 +987,14 @@ def main(argv=None) -> int:
                 if (k + 1) % 500 == 0:
                     print(f"{k + 1} programs, {len(failures)} disagreements, "
                           f"{time.perf_counter() - started:.0f} s", flush=True)
-    print(f"{len(jobs)} programs (seeds {args.start}-{args.start + args.count - 1}, settings "
+    print(f"{len(jobs)} programs on {args.target} (seeds {args.start}-"
+          f"{args.start + args.count - 1}, settings "
           f"{args.settings}): {len(failures)} disagreements, "
           f"{time.perf_counter() - started:.0f} s on {args.jobs} processes")
     if on_off:
         print("programs per setting:", ", ".join(
-            f"{name} {on_off[name + ' on']}/{on_off[name + ' off']}" for name in SETTINGS),
+            f"{name} {on_off[name + ' on']}/{on_off[name + ' off']}"
+            for name in (SETTINGS if args.target == "cpu" else CUDA_SETTINGS)),
             "(on/off)")
     for outcome in sorted(failures, key=lambda o: o.seed):
         print(f"  seed {outcome.seed}: {outcome.what.splitlines()[0]}")
