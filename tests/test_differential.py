@@ -5,6 +5,8 @@ and the regressions that generator found.
   with ``python tests/differential.py --seed N --show``);
 - every setting of ``differential.SETTINGS`` forced on and turned off, each alone, on 12
   programs each way, so that each optimisation is proven separately;
+- 80 programs on the cuda target, half with its contractions as einsums, half as
+  generated kernels;
 - the programs of issue 27 (a padded read of a fused producer, the square root and
   ``e^2 - e`` forms at both shapes), a guarded row read three times (upsampling), a max
   gradient's ties through a recomputed ``tanh``, and a scan over a 1-d state.
@@ -43,6 +45,20 @@ def test_each_setting_on_and_off(setting, on):
     first = 1000 + 97 * sorted(differential.SETTINGS).index(setting)
     seeds = range(first, first + 12)
     failed = [o for o in (differential.compare(s, {setting: on}) for s in seeds) if not o.ok]
+    assert not failed, "; ".join(f"seed {o.seed}: {o.what}" for o in failed)
+
+
+@pytest.mark.parametrize("products", [True, False], ids=["einsum", "kernels"])
+def test_random_programs_agree_on_the_cuda_target(products):
+    """The same generator on the cuda target (Triton's interpreter without a GPU), its
+    contractions as einsums and as generated kernels."""
+    from tegrad.backends.cuda import device
+
+    if device.unavailable() is not None:
+        pytest.skip(str(device.unavailable()))
+    seeds = range(5000 + 40 * products, 5040 + 40 * products)
+    failed = [o for o in (differential.compare(s, {"cuda_products": products}, "cuda")
+                          for s in seeds) if not o.ok]
     assert not failed, "; ".join(f"seed {o.seed}: {o.what}" for o in failed)
 
 
