@@ -376,3 +376,22 @@ def test_to_torch_backward_on_the_cuda_target_reuses_what_the_forward_kept(monke
     (ref * ref).sum().backward()
     np.testing.assert_allclose(x.grad.cpu().numpy(), ref_x.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(w.grad.cpu().numpy(), ref_w.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+# -- whole networks -------------------------------------------------------------------
+
+def test_whole_networks_train_as_torch_does_on_the_cuda_target():
+    """ResNet-18 (width 4, 32x32 images) and the two-layer LSTM language model: logits,
+    loss and every parameter's gradient against torch in float64."""
+    try:
+        from .test_networks import compare
+        from .torch_models import language_model_pair, resnet_pair
+    except ImportError:
+        from test_networks import compare
+        from torch_models import language_model_pair, resnet_pair
+
+    for pair in (resnet_pair("resnet18", classes=5, width=4, image=32, seed=1),
+                 language_model_pair(vocab=11, embed=6, hidden=7, layers=2, steps=5, batch=3,
+                                     seed=2)):
+        compare(pair.loss, pair.logits, pair.params, pair.feeds, pair.module,
+                pair.torch_loss, target="cuda")

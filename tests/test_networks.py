@@ -11,13 +11,15 @@ import tegrad as tg
 from torch_models import language_model_pair, resnet_pair
 
 
-def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, torch_loss):
-    """Evaluate tegrad's logits, loss and parameter gradients; compare with torch's."""
+def compare(loss, logits, params: dict, feeds: dict, module: torch.nn.Module, torch_loss,
+            target: str | None = None):
+    """Evaluate tegrad's logits, loss and parameter gradients (on ``target``); compare
+    with torch's."""
     names = list(params)
     grads = tg.gradient(loss, [params[n] for n in names])
     inputs = [*feeds, *params.values()]
     state = {n: p.detach().numpy() for n, p in module.named_parameters()}
-    f = tg.build(inputs, [logits, loss, *grads])
+    f = tg.build(inputs, [logits, loss, *grads], target=target)
     got = f(*feeds.values(), *(state[n] for n in names))
 
     module.zero_grad()
