@@ -242,6 +242,13 @@ for spec in SPECS:
     for text in blueprint(fused(plan(outputs, options=options), options)).texts():
         ptx = compile_for(text).asm["ptx"]
         report.append([spec.name, text.name, len(ptx), "tf32" in ptx])
+x = tg.placeholder((6, 3, 40, 30), "float32", "x")  # a reduction made in splits
+n, h, w = (tg.reduce_axis(e, name) for e, name in ((6, "n"), (40, "h"), (30, "w")))
+sums = tg.compute((3,), lambda c: tg.sum(x[n, c, h, w], axis=[n, h, w]), "sums")
+(text,) = blueprint(fused(plan([sums], options=options), options)).texts()
+assert text.splits > 1
+ptx = compile_for(text).asm["ptx"]
+report.append(["split sums", text.name, len(ptx), "tf32" in ptx])
 print(json.dumps(report))
 """
 
@@ -254,7 +261,7 @@ def test_every_op_table_kernel_compiles_for_sm_90(tmp_path):
                           capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert {name for name, *_ in report} == {s.name for s in SPECS}
+    assert {name for name, *_ in report} == {s.name for s in SPECS} | {"split sums"}
     assert all(size > 0 and not tf32 for _, _, size, tf32 in report)
 
 
@@ -395,3 +402,27 @@ def test_whole_networks_train_as_torch_does_on_the_cuda_target():
                                      seed=2)):
         compare(pair.loss, pair.logits, pair.params, pair.feeds, pair.module,
                 pair.torch_loss, target="cuda")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64"])
+def test_a_large_reduction_over_few_outputs_is_made_in_splits(dtype):
+    """A loss (one output) and per-channel statistics (a batch norm's: 3 outputs over
+    n, h, w), with a ``where``, a NaN and a max: partials per split, folded in order."""
+    x = tg.placeholder((6, 3, 40, 30), dtype, "x")
+    n, h, w = (tg.reduce_axis(e, name) for e, name in ((6, "n"), (40, "h"), (30, "w")))
+    sums = tg.compute((3,), lambda c: tg.sum(x[n, c, h, w], axis=[n, h, w],
+                                             where=tg.not_equal(h, 7)), "sums")
+    c2, n2, h2, w2 = (tg.reduce_axis(e, name) for e, name in
+                      ((3, "c2"), (6, "n2"), (40, "h2"), (30, "w2")))
+    top = tg.compute((), lambda: tg.max(x[n2, c2, h2, w2], axis=[n2, c2, h2, w2]), "top")
+    f = tg.build([x], [sums, top], target="cuda")
+    splits = [step[0].text.splits for step in f.program.steps]
+    assert len(splits) == 2 and min(splits) > 1, splits
+    rng = np.random.default_rng(5)
+    values = (rng.standard_normal(x.shape) * 10).astype(dtype)
+    got, want = f(values), tg.build([x], [sums, top], target="numpy")(values)
+    assert_agree(got, want, "split reductions", 1e-6 if dtype == "float32" else RTOL)
+    if dtype != "int64":
+        values[2, 1, 3, 4] = np.nan
+        got = f(values)
+        assert np.isnan(got[1]) and np.isnan(got[0][1]) and not np.isnan(got[0][0])

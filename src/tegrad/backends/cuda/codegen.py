@@ -95,6 +95,7 @@ from .tl_ops import (
 
 WIDE = 1 << 31  # elements from which offsets are int64
 MAX_COLUMNS = 4096  # the widest last axis the rows layout takes in one block
+SPLIT_LANES, SPLIT_POINTS, MAX_SPLITS = 1024, 4096, 256  # split_reduction
 BLOCKED = ("sum", "max", "min")
 
 
@@ -120,6 +121,7 @@ class KernelText:
     gathers: tuple[str, ...]
     wide: bool
     columns: int = 1
+    splits: int = 1  # programs along a split reduction (its output: partials per split)
 
     def signature(self) -> dict:
         """Triton's signature of the kernel's arguments (for compiling it ahead of a GPU)."""
@@ -133,12 +135,37 @@ class KernelText:
 
 def general_text(name: str, t: Compute) -> KernelText:
     """The kernel writing compute ``t`` (its own body, over its axes), in the rows layout
-    where a reduction of it is one per row (``by_rows``), else flat."""
+    where a reduction of it is one per row (``by_rows``), else flat; a large sum, max or
+    min over few outputs in splits (``split_reduction``)."""
     w = _Writer(t.axes, _wide(t, [t.shape]), by_rows(t))
+    found = split_reduction(t)
+    if found is not None:
+        w.split_reduce, w.splits = found
+        value = w.emit(found[0], ())
+        w.put(0, f"tl.store(out0 + xindex * {w.splits} + tl.program_id(1), "
+                 f"{w.broadcast(value)}, mask=xmask)")
+        return w.text(name, [((*t.shape, w.splits), found[0].dtype)])
     value = w.emit(t.body, ())
     w.put(0, f"tl.store(out0 + {w.store_offset}, {w.broadcast(value)}.to({TL_DTYPE[t.dtype]}), "
              f"mask={w.store_mask})")
     return w.text(name, [(t.shape, t.dtype)])
+
+
+def split_reduction(t: Compute) -> tuple[Reduce, int] | None:
+    """``(the reduction, splits)`` where ``t``'s body is (a cast of) a sum, max or min of
+    at least ``SPLIT_POINTS`` points for at most ``SPLIT_LANES`` outputs (a loss, a bias
+    or norm weight gradient, a batch norm's statistics): one program per output would
+    leave a GPU idle, so program ``(x, s)`` reduces split ``s`` of the points into
+    ``partial[x, s]``, and the program folds the splits in order after the kernel (the
+    same sums in the same order every run)."""
+    body = t.body.a if isinstance(t.body, Cast) else t.body
+    if not (isinstance(body, Reduce) and body.combiner.kind in BLOCKED):
+        return None
+    points = math.prod(a.extent for a in body.axes)
+    lanes = math.prod(t.shape)
+    if lanes > SPLIT_LANES or points < SPLIT_POINTS:
+        return None
+    return body, min(MAX_SPLITS, 2 * points // SPLIT_POINTS)
 
 
 def by_rows(t: Compute) -> bool:
@@ -205,6 +232,8 @@ class _Writer:
         self.dims_of: dict[Var, tuple[bool, str]] = {}  # rows?, "R" / "C" / "" columns
         self.name_of: dict[Var, str] = {}
         self.memo: dict = {}
+        self.split_reduce: Reduce | None = None  # made in ``splits`` parts (split_reduction)
+        self.splits = 1
         self.numbers = itertools.count()
         self.reads: dict[Tensor, str] = {}
         self.gathers: list[str] = []
@@ -249,7 +278,8 @@ class _Writer:
         body = "\n".join(self.blocks[0].lines)
         return KernelText(name, f"{tl_math.TEXT}\n\n{head}\n{body}\n", tuple(self.reads),
                           tuple((tuple(s), d) for s, d in outputs), self.numel,
-                          self.reduction, tuple(self.gathers), self.wide, self.columns)
+                          self.reduction, tuple(self.gathers), self.wide, self.columns,
+                          self.splits)
 
     def shape(self, dims: tuple[bool, str]) -> str:
         second = {"R": "RBLOCK", "C": "CBLOCK", "": 1}[dims[1]]
@@ -471,7 +501,14 @@ class _Writer:
         acc = self.assign(0, f"tl.full([{'XBLOCK' if dims[0] else 1}, RBLOCK], {identity}, "
                              f"{TL_DTYPE[dtype]})", "acc")
         chunk = self.fresh("r")
-        level = self.open(f"for {chunk} in range(0, {points}, RBLOCK):", 0)
+        if e is self.split_reduce:  # program (x, s) sums split s of the points
+            part = self.assign(0, f"(({-(-points // self.splits)} + RBLOCK - 1) // RBLOCK) "
+                                  "* RBLOCK", "per")
+            start = self.assign(0, f"tl.program_id(1) * {part}", "first")
+            level = self.open(f"for {chunk} in range({start}, tl.minimum({start} + {part}, "
+                              f"{points}), RBLOCK):", 0)
+        else:
+            level = self.open(f"for {chunk} in range(0, {points}, RBLOCK):", 0)
         lanes = self.assign(level, f"{chunk} + tl.arange(0, RBLOCK)[None, :]", "r")
         if self.wide:
             lanes = self.assign(level, f"{lanes}.to(tl.int64)", "r")

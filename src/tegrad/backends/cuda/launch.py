@@ -53,5 +53,5 @@ def launch_blocks(kernel: KernelText, interpreted: bool) -> Blocks:
     return Blocks(lanes, chunk, columns, warps)
 
 
-def grid(kernel: KernelText, lanes: int) -> tuple[int]:
-    return (-(-kernel.numel // lanes),)
+def grid(kernel: KernelText, lanes: int) -> tuple[int, int]:
+    return (-(-kernel.numel // lanes), kernel.splits)

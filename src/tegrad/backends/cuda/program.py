@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from ...ir.expr import Cast
 from ...lower.fusion import fuse
 from ...lower.kernels import Contraction, General, Plan, ScanKernel, Scatter
 from ...lower.views import as_copies
@@ -173,7 +174,6 @@ class CudaProgram:
         return results if given_tensors or not self.top else [dev.to_numpy(r) for r in results]
 
     def run_tensors(self, arrays: dict) -> list:
-        import torch
 
         if self.err is not None:
             self.err.zero_()
@@ -185,16 +185,27 @@ class CudaProgram:
             elif isinstance(step, Product):
                 arrays[kernel.tensor] = run_product(step, arrays, self.device)
             else:
-                launch, err = step
-                out = torch.empty(kernel.tensor.shape, dtype=dev.torch_dtype(kernel.tensor.dtype),
-                                  device=self.device)
-                launch([out], [arrays[t] for t in launch.text.reads], err)
-                arrays[kernel.tensor] = out
+                arrays[kernel.tensor] = self._general(kernel, step, arrays)
             for t in self.dead_after[k]:
                 arrays.pop(t, None)
         if self.err is not None:
             self._raise_bad_gathers()
         return [arrays[t] for t in self.plan.outputs]
+
+    def _general(self, kernel, step, arrays: dict):
+        import torch
+
+        launch, err = step
+        shape, dtype = launch.text.outputs[0]
+        out = torch.empty(shape, dtype=dev.torch_dtype(dtype), device=self.device)
+        launch([out], [arrays[t] for t in launch.text.reads], err)
+        if launch.text.splits == 1:
+            return out
+        # a split reduction's partials, folded in order (codegen.split_reduction)
+        kind = kernel.body_of.body if isinstance(kernel, General) else kernel.tensor.body
+        kind = (kind.a if isinstance(kind, Cast) else kind).combiner.kind
+        folded = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}[kind](out, dim=-1)
+        return folded.to(dev.torch_dtype(kernel.tensor.dtype))
 
     def _scatter(self, kernel: Scatter, step, arrays: dict):
         import torch
