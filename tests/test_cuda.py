@@ -426,3 +426,23 @@ def test_a_large_reduction_over_few_outputs_is_made_in_splits(dtype):
         values[2, 1, 3, 4] = np.nan
         got = f(values)
         assert np.isnan(got[1]) and np.isnan(got[0][1]) and not np.isnan(got[0][0])
+
+
+@pytest.mark.parametrize("layer", ["instance norm", "group norm", "softmax over channels"])
+def test_row_statistics_over_any_axes_are_made_once_per_row(layer):
+    """An instance or group norm's statistics over (h, w) are made once per (n, c) row,
+    its h and w along the block's columns; a softmax over NCHW's channels keeps its max and
+    sum as kernels of their own (the plan's choice)."""
+    x = tg.placeholder((2, 6, 5, 7), "float64", "x")
+    y = {"instance norm": lambda: tg.nn.instance_norm(x),
+         "group norm": lambda: tg.nn.group_norm(x, 2),
+         "softmax over channels": lambda: tg.nn.softmax(x, 1)}[layer]()
+    head = tg.placeholder(y.shape, "float64", "h")
+    outputs = [y, *tg.gradient(y, [x], head)]
+    f = tg.build([x, head], outputs, target="cuda")
+    columns = [step[0].text.columns for step in f.program.steps if isinstance(step, tuple)]
+    assert max(columns) == (1 if layer == "softmax over channels" else 35), columns
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(x.shape), rng.standard_normal(x.shape)]
+    assert_agree(f(*arrays), tg.build([x, head], outputs, target="numpy")(*arrays), layer,
+                 RTOL)

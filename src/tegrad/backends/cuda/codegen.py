@@ -7,11 +7,13 @@ points ``xindex = p XBLOCK + [0, XBLOCK)``, a ``[XBLOCK, 1]`` block; each axis i
 every lane of a tail block a copy of the last point, so every value a lane computes is one
 the reference computes too; only the store is masked (``xindex < |D|``).
 
-**The rows layout.** Where the body has a row statistic (a reduction over the leading axes
-only: a softmax's max and sum, a norm's mean), the lanes are the leading axes' rows and
-the last axis lies along the block's ``CBLOCK`` columns (``cindex``, clamped likewise):
-the statistic, computed in a ``[XBLOCK, 1]`` value, is made once per row. A reduction
-that reads the last axis is then a scalar loop over ``[XBLOCK, CBLOCK]`` values.
+**The rows layout.** Where the body has a row statistic (a reduction depending on some of
+the output axes only: a softmax's max and sum over the last axis or over the channels, an
+instance norm's mean over h and w), the lanes are the rows of the axes the statistics
+read and the other axes lie along the block's ``CBLOCK`` columns (``cindex``, flattened
+and clamped likewise, ``by_rows``): the statistic, computed in a ``[XBLOCK, 1]`` value,
+is made once per row. A reduction that reads a column axis is then a scalar loop over
+``[XBLOCK, CBLOCK]`` values.
 
 **Loads never leave their tensors.** The NumPy reference clips every index into its
 dimension (the verifier proved that a read whose index can leave the tensor sits under a
@@ -33,7 +35,7 @@ motion does with guarded reads.
 
 The block shape of a value follows from its free variables: ``XBLOCK`` rows if it reads a
 lane axis, ``RBLOCK`` columns if it reads a blocked reduction's axis, ``CBLOCK`` columns
-if it reads the last axis of the rows layout (never both), ``[1, 1]`` else.
+if it reads a column axis of the rows layout (never both), ``[1, 1]`` else.
 
 **Code motion.** Every value is placed in the innermost block that binds one of its free
 variables (the top of the kernel, or the loop of a reduction), so a softmax's row max is
@@ -168,15 +170,21 @@ def split_reduction(t: Compute) -> tuple[Reduce, int] | None:
     return body, min(MAX_SPLITS, 2 * points // SPLIT_POINTS)
 
 
-def by_rows(t: Compute) -> bool:
-    """The rows layout: where the last axis has up to ``MAX_COLUMNS`` points and some
-    reduction of the body depends on the leading axes only (a row's statistic: computed
-    once per row, not once per point)."""
-    if len(t.axes) == 0 or not 2 <= t.shape[-1] <= MAX_COLUMNS:
-        return False
-    axes, last = frozenset(t.axes), t.axes[-1]
-    return any(isinstance(x, Reduce) and free_vars(x) <= axes and last not in free_vars(x)
-               for x in walk(t.body))
+def by_rows(t: Compute) -> tuple[Var, ...]:
+    """The column axes of the rows layout, or ``()`` for the flat one. A row statistic is
+    a reduction of the body over some of its axes only (a softmax's max over the last
+    axis, or over the channels of NCHW; an instance norm's mean over h and w); the rows
+    are the axes the statistics read, the columns the others, so each statistic is
+    computed once per row. Taken where the columns hold 2 to ``MAX_COLUMNS`` points."""
+    axes = frozenset(t.axes)
+    read = set()
+    for x in walk(t.body):
+        if isinstance(x, Reduce) and free_vars(x) <= axes and free_vars(x) != axes:
+            read |= free_vars(x)
+    columns = tuple(v for v in t.axes if v not in read)
+    if not read or not 2 <= math.prod(v.extent for v in columns) <= MAX_COLUMNS:
+        return ()
+    return columns
 
 
 def scatter_text(name: str, s: Scatter) -> KernelText:
@@ -184,7 +192,7 @@ def scatter_text(name: str, s: Scatter) -> KernelText:
     a condition fails) and its value, in the accumulation dtype (``segments.py`` adds
     them up in grid order)."""
     grid_shape = tuple(v.extent for v in s.grid)
-    w = _Writer(s.grid, _wide(s, [grid_shape, s.shape]), False)
+    w = _Writer(s.grid, _wide(s, [grid_shape, s.shape]))
     holds = [w.emit(c, s.conds[:k]) for k, c in enumerate(s.conds)]
     strides = [math.prod(s.shape[m + 1:]) for m in range(len(s.shape))]
     flat = [f"{w.emit(e, s.conds)}.to(tl.int64) * {stride}"
@@ -222,10 +230,10 @@ class _Writer:
     """Writes one kernel's body (module docstring): ``emit(e, conds)`` names the value of
     ``e`` under the conditions ``conds`` of its path."""
 
-    def __init__(self, domain, wide: bool, rows: bool):
+    def __init__(self, domain, wide: bool, columns: tuple = ()):
         self.domain = tuple(domain)
         self.wide = wide
-        self.rows = rows
+        self.rows = rows = bool(columns)
         self.index = "tl.int64" if wide else "tl.int32"
         self.blocks = [_Block(1, [])]
         self.level_of: dict[Var, int] = {}
@@ -238,22 +246,28 @@ class _Writer:
         self.reads: dict[Tensor, str] = {}
         self.gathers: list[str] = []
         self.reduction = 0
-        lanes = self.domain[:-1] if rows else self.domain
+        lanes = tuple(v for v in self.domain if v not in columns)
         self.numel = math.prod(v.extent for v in lanes)
-        self.columns = self.domain[-1].extent if rows else 1
+        self.columns = math.prod(v.extent for v in columns) if rows else 1
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         self.put(0, f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]")
         self.put(0, f"xmask = xindex < {self.numel}")
         self.put(0, f"xc = tl.minimum(xindex, {max(self.numel - 1, 0)})")
         self._bind_flat(lanes, "xc", 0, (True, ""))
         self.store_offset, self.store_mask = "xindex", "xmask"
-        if rows:  # the last axis along the block's columns
+        if rows:  # the column axes along the block's columns
             self.put(0, "cindex = tl.arange(0, CBLOCK)[None, :]")
             self.put(0, f"cmask = cindex < {self.columns}")
             self.put(0, f"cc = tl.minimum(cindex, {self.columns - 1})")
-            self._bind_flat(self.domain[-1:], "cc", 0, (False, "C"))
-            self.store_offset = f"xindex * {self.columns} + cindex"
+            self._bind_flat(columns, "cc", 0, (False, "C"))
             self.store_mask = "xmask & cmask"
+            if self.domain[len(lanes):] == columns:  # the trailing axes: one offset each
+                self.store_offset = f"xindex * {self.columns} + cindex"
+            else:
+                shape = [v.extent for v in self.domain]
+                self.store_offset = " + ".join(
+                    f"{self.name_of[v]} * {math.prod(shape[k + 1:])}"
+                    for k, v in enumerate(self.domain))
 
     # -- the text --------------------------------------------------------------------
     def put(self, level: int, line: str) -> None:
