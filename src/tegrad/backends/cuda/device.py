@@ -98,6 +98,6 @@ def to_device(a, where, dtype: str):
 
 
 def to_numpy(t) -> np.ndarray:
-    """A tensor's values as a NumPy array (a copy off the GPU; the tensor's own memory on
-    the CPU, copied so a pooled buffer is not handed out)."""
+    """A tensor's values as a NumPy array: a copy off the GPU, and a copy on the CPU too
+    (a program's output may be one of its input tensors, made from the caller's array)."""
     return t.detach().cpu().numpy().copy() if t.device.type == "cpu" else t.detach().cpu().numpy()
