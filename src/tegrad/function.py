@@ -72,7 +72,7 @@ class GraphFunction:
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}
         self._jvps: dict[tuple[int, ...], GraphFunction] = {}
         self._splits: dict[tuple, SplitVJP] = {}  # (wrt, target) -> its split
-        self._on: dict[str, Callable] = {}  # target name -> its build (``on``)
+        self._on: dict[str | None, Callable] = {}  # target name -> its build (``on``)
         self._lock = threading.Lock()
         self.extras: dict = {}  # per-graph objects of the bridges (a JAX function, ...)
 
@@ -86,16 +86,15 @@ class GraphFunction:
         return tuple(TensorSpec(y.shape, y.dtype) for y in self.outputs)
 
     def __call__(self, *arrays) -> tuple[np.ndarray, ...]:
-        if self._program is None:
-            with self._lock:
-                if self._program is None:
-                    self._program = build(list(self.inputs), list(self.outputs))
-                    STATS.builds += 1
-        return self.checked(self._program(*arrays))
+        program = self._program
+        if program is None:
+            program = self._program = self.on(None)
+        return self.checked(program(*arrays))
 
-    def on(self, target: str) -> Callable:
-        """The graph built for ``target`` (once): a callable on that target's arrays,
-        e.g. torch CUDA tensors for ``"cuda"``, returning a tuple of its results."""
+    def on(self, target: str | None) -> Callable:
+        """The graph built for ``target`` (once; None: the default target's, which a call
+        runs): a callable on that target's arrays, e.g. torch CUDA tensors for ``"cuda"``,
+        returning a tuple of its results."""
         found = self._on.get(target)
         if found is None:
             with self._lock:

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ...ir import dtype as dt
 from ...ir.bounds import interval, is_pure_index
@@ -124,6 +124,7 @@ class KernelText:
     wide: bool
     columns: int = 1
     splits: int = 1  # programs along a split reduction (its output: partials per split)
+    fold: str = ""  # a split reduction's combiner ("sum", "max", "min"), folding the splits
 
     def signature(self) -> dict:
         """Triton's signature of the kernel's arguments (for compiling it ahead of a GPU)."""
@@ -146,7 +147,8 @@ def general_text(name: str, t: Compute) -> KernelText:
         value = w.emit(found[0], ())
         w.put(0, f"tl.store(out0 + xindex * {w.splits} + tl.program_id(1), "
                  f"{w.broadcast(value)}, mask=xmask)")
-        return w.text(name, [((*t.shape, w.splits), found[0].dtype)])
+        return replace(w.text(name, [((*t.shape, w.splits), found[0].dtype)]),
+                       fold=found[0].combiner.kind)
     value = w.emit(t.body, ())
     w.put(0, f"tl.store(out0 + {w.store_offset}, {w.broadcast(value)}.to({TL_DTYPE[t.dtype]}), "
              f"mask={w.store_mask})")

@@ -20,7 +20,6 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from ...ir.expr import Cast
 from ...lower.fusion import fuse
 from ...lower.kernels import Contraction, General, Plan, ScanKernel, Scatter
 from ...lower.views import as_copies
@@ -124,14 +123,12 @@ class CudaProgram:
     takes torch tensors of the device or NumPy arrays (by placeholder) and returns torch
     tensors where it was given any, else NumPy arrays."""
 
-    def __init__(self, made: Blueprint, inputs, options: Options | None = None,
-                 top: bool = True):
+    def __init__(self, made: Blueprint, inputs, options: Options | None = None):
         import torch
 
         self.options = options = options or Options.from_environment()
         self.plan = made.plan
         self.inputs = inputs
-        self.top = top
         self.device = dev.device()
         self.dead_after = dead_after(self.plan, options.free_unread)
         self.gathers = [(kernel.tensor.name, m)  # (owner, message) per pair of error slots
@@ -143,8 +140,7 @@ class CudaProgram:
         first = 0  # each kernel's flags: its own slots of the error buffer
         for kernel, part in zip(self.plan.kernels, made.parts, strict=True):
             if isinstance(part, Blueprint):
-                self.steps.append(CudaProgram(part, kernel.step.placeholders(), options,
-                                              top=False))
+                self.steps.append(CudaProgram(part, kernel.step.placeholders(), options))
             elif isinstance(part, Product):
                 self.steps.append(part)
             else:
@@ -171,7 +167,7 @@ class CudaProgram:
         given_tensors = any(dev.is_tensor(a) for a in feed.values())
         arrays = {p: dev.to_device(a, self.device, p.dtype) for p, a in feed.items()}
         results = self.run_tensors(arrays)
-        return results if given_tensors or not self.top else [dev.to_numpy(r) for r in results]
+        return results if given_tensors else [dev.to_numpy(r) for r in results]
 
     def run_tensors(self, arrays: dict) -> list:
 
@@ -202,9 +198,8 @@ class CudaProgram:
         if launch.text.splits == 1:
             return out
         # a split reduction's partials, folded in order (codegen.split_reduction)
-        kind = kernel.body_of.body if isinstance(kernel, General) else kernel.tensor.body
-        kind = (kind.a if isinstance(kind, Cast) else kind).combiner.kind
-        folded = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}[kind](out, dim=-1)
+        fold = {"sum": torch.sum, "max": torch.amax, "min": torch.amin}[launch.text.fold]
+        folded = fold(out, dim=-1)
         return folded.to(dev.torch_dtype(kernel.tensor.dtype))
 
     def _scatter(self, kernel: Scatter, step, arrays: dict):
