@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import numpy as np
 import pytest
 
 import tegrad as tg
@@ -210,3 +211,106 @@ def test_a_gather_under_its_guard_is_not_checked():
     ids = np.array([0, 8, -1, 9, 4, -7, 100, 3] * 3 + [1] * 6)
     np.testing.assert_allclose(tg.build([X, idx], Y, target="cpu")(x, ids),
                                tg.build([X, idx], Y, target="numpy")(x, ids), rtol=1e-6)
+
+
+# padded windows: the ranges where a small window's bounds are constant ------------------
+
+
+def _depthwise(size=(10, 12), dtype="float32"):
+    X = tg.placeholder((2, 3, *size), dtype, "X")
+    W = tg.placeholder((3, 1, 3, 3), dtype, "W")
+    return [tg.nn.depthwise_conv2d(X, W, None, padding=1)]
+
+
+def _interior_loops(outputs, options):
+    """The vectorized loops of the kernels for ``outputs`` that hold unrolled reduce
+    loops (a window's interior), with their ranges."""
+    found = []
+    for t, body_of, also, columns in _general(outputs):
+        kernel = kernel_nest(t, body_of, "k0", also, columns, frozenset(), options)
+        found += [(x.lo, x.hi) for x in _walk(kernel.body) if isinstance(x, nest.Loop)
+                  and x.vectorize and any(isinstance(i, nest.Loop) and i.unrolled
+                                          and i.role == "reduce" for i in x.items)]
+    return found
+
+
+def test_a_padded_window_interior_is_unrolled_and_vectorized():
+    """A 3x3 window with padding 1 over 10 x 12 points: the interior rows ``[1, 9)`` and
+    columns ``[1, 11)`` have constant bounds, so the window there is unrolled and the
+    loop over columns vectorized; not without regions or unrolling."""
+    assert _interior_loops(_depthwise(), Options()) == [(1, 11)]
+    for off in (dict(max_regions=0), dict(unroll=0)):
+        assert _interior_loops(_depthwise(), dataclasses.replace(Options(), **off)) == []
+
+
+def test_a_max_pool_and_its_tie_counts_are_split_by_region():
+    """A 3x3 stride-2 max pool with padding 1: the forward kernel that also writes each
+    window's tie count (grouped, ``also``) and the gradient kernel, run by residue class
+    over quotients, both unroll their windows inside the interior and vectorize there."""
+    X = tg.placeholder((2, 4, 16, 16), "float32", "X")
+    Y = tg.nn.max_pool2d(X, 3, 2, 1)
+    (dX,) = tg.gradient(Y, [X], tg.placeholder(Y.shape, "float32", "H"))
+    kernels = list(_general([dX]))
+    assert len(kernels) == 2 and kernels[0][2], "a grouped forward kernel, then the gradient"
+    assert len(_interior_loops([dX], Options())) >= 2
+
+
+def _windows():
+    """``(name, tegrad op, torch op, taps)`` for windows whose regions differ: padding less
+    than, equal to and more than half the window, strides, dilation, images smaller than
+    the window."""
+    F = pytest.importorskip("torch").nn.functional
+    cases = [(f"depthwise k{k} p{p} s{s} d{d}",
+              lambda x, w, k=k, p=p, s=s, d=d: tg.nn.conv2d(x, w, None, s, p, d, groups=3),
+              lambda x, w, k=k, p=p, s=s, d=d: F.conv2d(x, w, None, s, p, d, groups=3), k)
+             for k, p, s, d in [(3, 1, 1, 1), (3, 1, 2, 1), (3, 2, 1, 1), (3, 0, 1, 1),
+                                (2, 1, 1, 1), (3, 2, 1, 2), (5, 2, 2, 1), (1, 1, 1, 1)]]
+    cases += [(f"max_pool k{k} s{s} p{p}{' ceil' if c else ''}",
+               lambda x, k=k, s=s, p=p, c=c: tg.nn.max_pool2d(x, k, s, p, ceil_mode=c),
+               lambda x, k=k, s=s, p=p, c=c: F.max_pool2d(x, k, s, p, ceil_mode=c), None)
+              for k, s, p, c in [(3, 2, 1, False), (3, 1, 1, False), (2, 2, 1, True),
+                                 (3, 2, 1, True)]]
+    cases += [("avg_pool k3 s2 p1 no pad count",
+               lambda x: tg.nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+               lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), None)]
+    return cases
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 3), (5, 5), (9, 12)], ids=str)
+@pytest.mark.parametrize("case", range(13))
+def test_windows_split_by_region_agree_with_torch(case, size):
+    """Forward and gradients of the windows above on images from 1 x 1 up, on the cpu
+    target with regions and without (``max_regions=0``): torch's values in float64, and
+    the NumPy reference's where the inputs have ties (integers), which tegrad's max pool
+    gradient splits and torch's routes to one element."""
+    from tegrad.backends.cpu.compiler import compiler
+    torch = pytest.importorskip("torch")
+    if compiler() is None:
+        pytest.skip("no C compiler")
+    _, ours, theirs, k = _windows()[case]
+    rng = np.random.default_rng(case)
+    arrays = [rng.standard_normal((2, 3, *size))]
+    if k is not None:
+        arrays.append(rng.standard_normal((3, 1, k, k)))
+    tensors = [torch.from_numpy(a).requires_grad_() for a in arrays]
+    try:
+        ty = theirs(*tensors)
+    except RuntimeError:  # (a window larger than the padded image)
+        pytest.skip("torch refuses this window here")
+    inputs = [tg.placeholder(a.shape, "float64", name)
+              for a, name in zip(arrays, "XW"[:len(arrays)], strict=True)]
+    Y = ours(*inputs)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    h = rng.standard_normal(Y.shape)
+    program = [*inputs, H], [Y, *tg.gradient(Y, inputs, H)]
+    want = [ty.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(
+        ty, tensors, torch.from_numpy(h)))]
+    ties = [rng.integers(-2, 3, arrays[0].shape).astype(np.float64), *arrays[1:]]
+    reference = tg.build(*program, target="numpy")(*ties, h)
+    base = Options.from_environment()
+    for options in (base, base.replace(max_regions=0)):
+        f = tg.build(*program, target="cpu", options=options)
+        for a, b in zip(f(*arrays, h), want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+        for a, b in zip(f(*ties, h), reference, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

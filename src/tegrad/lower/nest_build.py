@@ -47,7 +47,7 @@ import math
 
 import numpy as np
 
-from ..ir.expr import Expr, Reduce
+from ..ir.expr import Expr, Reduce, Var
 from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, walk
 from ..options import Options
@@ -124,8 +124,7 @@ class NestBuilder(ReduceLowering):
         if self.options.order_reductions:
             body = stride_ordered(body)
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
-        split = (regions(body, axes[0], shape[0], self.options.max_regions)
-                 if len(axes) == 1 else None)
+        split = self._regions([body], axes[0], shape[0]) if len(axes) == 1 else None
         if split:  # one loop nest per range (``_region_loops`` for the last of 2+ axes)
             for v, part in self._parts(body, axes[0], split):
                 self._nest(part, [v], [v.extent], parallel)
@@ -144,12 +143,21 @@ class NestBuilder(ReduceLowering):
             self._row_nest(body, axes, shape, parallel)
 
     def _parts(self, body: Expr, v, split: list) -> list:
-        """``(variable over the range, body there)`` per range of ``split``; the
-        reductions of every part are candidates for sharing a loop (``siblings``)."""
-        parts = [specialized(body, v, lo, hi) for lo, hi in split]
-        for _, part in parts:
-            self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
-        return parts
+        """``(variable over the range, body there)`` per range of ``split``."""
+        return [(w, part) for w, (part,) in self._shared_parts([body], v, split)]
+
+    def _shared_parts(self, bodies: list, v, split: list) -> list:
+        """``(variable over the range, [each body there])`` per range of ``split``, one
+        variable for all the bodies; the reductions of every part are candidates for
+        sharing a loop (``siblings``)."""
+        out = []
+        for lo, hi in split:
+            w = Var.fresh(v.name, lo, hi - lo)
+            parts = [specialized(body, v, lo, hi, w)[1] for body in bodies]
+            for part in parts:
+                self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
+            out.append((w, parts))
+        return out
 
     # loops --------------------------------------------------------------------------------
 
@@ -161,13 +169,14 @@ class NestBuilder(ReduceLowering):
                         vars=tuple(zip(names, shape, (v.lo for v in axes), strict=True)),
                         chunks=chunks, chunk=COLUMN_CHUNK if chunks else 0, columns=columns)
 
-    def _row_loops(self, axes, shape, parallel: bool) -> list[Block]:
+    def _row_loops(self, axes, shape, parallel: bool, nested: int = 1) -> list[Block]:
         """The loops over ``axes``: the leading ones merged (until there are
-        ``THREAD_CHUNKS`` iterations to share out), the rest nested."""
+        ``THREAD_CHUNKS`` iterations to share out, or all but the last ``nested``), the
+        rest nested."""
         merged = 0
         if shape:
             merged, count = 1, shape[0]
-            while merged < len(shape) - 1 and count < THREAD_CHUNKS:
+            while merged < len(shape) - nested and count < THREAD_CHUNKS:
                 count *= shape[merged]
                 merged += 1
         blocks: list[Block] = []
@@ -184,11 +193,15 @@ class NestBuilder(ReduceLowering):
         if residues:
             self._residue_nest(body, axes, shape, parallel, residues)
             return
-        blocks = self._row_loops(axes, shape, parallel)
-        split = (regions(body, axes[-1], shape[-1], self.options.max_regions)
-                 if len(blocks) > 1 else None)
-        if split:
-            self._region_loops(body, axes, shape, blocks[:-1], split)
+        bodies = [body, *(unshadow(other, frozenset(axes)) for _, other in self.also)]
+        targets = [0, *(self.arg(tensor) for tensor, _ in self.also)]
+        rows = self._regions(bodies, axes[-2], shape[-2], rows=True) if len(axes) > 2 else None
+        blocks = self._row_loops(axes, shape, parallel, 2 if rows else 1)
+        split = self._regions(bodies, axes[-1], shape[-1]) if len(blocks) > 1 else None
+        if split or rows:
+            self._region_loops(bodies, axes, shape, blocks[:-2] if rows else blocks[:-1], rows,
+                               lambda k, bound: (targets[k], _row_index(self, bound, shape)))
+            self._stage(blocks[0], shape, len(self.also))
             return
         self.stack.extend(blocks)
         if len(blocks) > 1:
@@ -220,34 +233,79 @@ class NestBuilder(ReduceLowering):
         loop, bodies = unrolled_bodies(body, axes, residues)
         for _, part in bodies:  # (candidates for sharing a loop, as in _parts)
             self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
-        blocks = self._row_loops(loop, [v.extent for v in loop], parallel)
-        self.stack.extend(blocks)
-        for index, part in bodies:
-            value = self.value(part)
-            flat = ResidueIndex(tuple(
-                (tuple((c, self.var(v)) for v, c in coeffs.items()), k, math.prod(shape[m + 1:]))
-                for m, (coeffs, k) in enumerate(index)))
-            self.stack[-1].items.append(Store(0, flat, value))
-        self.close(blocks)
+        extents = [v.extent for v in loop]
+        parts = [part for _, part in bodies]
+        rows = self._regions(parts, loop[-2], extents[-2], rows=True) if len(loop) > 2 else None
+        blocks = self._row_loops(loop, extents, parallel, 2 if rows else 1)
+
+        def store(k: int, bound) -> tuple:  # body k's point, ``bound`` for ``loop``
+            named = dict(zip(loop, bound, strict=True))
+            return 0, ResidueIndex(tuple(
+                (tuple((c, self.var(named[v])) for v, c in coeffs.items()), k_,
+                 math.prod(shape[m + 1:]))
+                for m, (coeffs, k_) in enumerate(bodies[k][0])))
+
+        split = self._regions(parts, loop[-1], extents[-1]) if len(blocks) > 1 else None
+        if split or rows:
+            self._region_loops(parts, loop, extents, blocks[:-2] if rows else blocks[:-1], rows,
+                               store)
+        else:
+            self.stack.extend(blocks)
+            for k, part in enumerate(parts):
+                self.stack[-1].items.append(Store(*store(k, loop), self.value(part)))
+            self.close(blocks)
         if not any(v in residues for v in axes[:len(blocks[0].binds)]):
             self._stage(blocks[0], shape, 0)
 
-    def _region_loops(self, body: Expr, axes, shape, outer: list, split: list) -> None:
-        """The last axis as one loop per range of ``nest_facts.regions``, each over the
-        body with the guards that are constant on it folded (branch-free: vectorized);
-        what does not depend on that axis is computed once, above them."""
+    def _regions(self, bodies: list, v, n: int, rows: bool = False) -> list | None:
+        """``nest_facts.regions`` of ``v``, their cuts joined over ``bodies``: the guards'
+        ranges, and for a kernel without column sums (the region loops add no
+        ``columns``) the ranges where a small window's bounds are constant. An axis
+        before the last (``rows``) is split for windows only."""
+        window = 0 if self.columns else self.options.unroll
+        if rows and not window:
+            return None
+        limit = self.options.max_regions
+        cuts, plain = set(), set()
+        for body in bodies:
+            cuts.update(lo for lo, _ in regions(body, v, n, limit, window) or ())
+            if rows:
+                plain.update(lo for lo, _ in regions(body, v, n, limit) or ())
+        cuts.discard(0)
+        if not cuts or len(cuts) >= limit or (rows and cuts <= plain):
+            return None
+        edges = [0, *sorted(cuts), n]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+    def _region_loops(self, bodies: list, axes, shape, outer: list, rows: list | None,
+                      store) -> None:
+        """The last axis as one loop per range of ``_regions``, each over the bodies with
+        the guards that are constant on it folded (branch-free: vectorized); what does
+        not depend on that axis is computed once, above them. With ``rows``, the axis
+        before it first, one loop per range (a padded window's top, interior and bottom
+        rows), each over its own ranges of the last axis: the interior of a padded 3x3
+        window is then unrolled and vectorized along its rows. ``store(k, bound)``: the
+        argument and index body ``k`` stores at, ``bound`` the variables standing for
+        ``axes`` (a grouped kernel's ``also`` are bodies of their own)."""
         self.stack.extend(outer)
-        for v, part in self._parts(body, axes[-1], split):
-            loop = Loop(frozenset((v,)), loop=True, var=self.bind(v, "i"), lo=v.lo,
-                        hi=v.lo + v.extent)
-            self.stack.append(loop)
-            value = self.value(part)
-            loop.items.append(Store(0, _row_index(self, [*axes[:-1], v], shape), value))
-            self.close([loop])
-            if loop.straight() and not self.has_check:
-                loop.vectorize = True
+        for v, parts in self._shared_parts(bodies, axes[-2], rows) if rows else [(None, bodies)]:
+            row = [*axes[:-2], v] if rows else list(axes[:-1])
+            if rows:
+                self.stack.append(Loop(frozenset((v,)), loop=True, var=self.bind(v, "i"),
+                                       lo=v.lo, hi=v.lo + v.extent))
+            split = self._regions(parts, axes[-1], shape[-1]) or [(0, shape[-1])]
+            for w, pieces in self._shared_parts(parts, axes[-1], split):
+                inner = Loop(frozenset((w,)), loop=True, var=self.bind(w, "i"), lo=w.lo,
+                             hi=w.lo + w.extent)
+                self.stack.append(inner)
+                for k, piece in enumerate(pieces):
+                    inner.items.append(Store(*store(k, [*row, w]), self.value(piece)))
+                self.close([inner])
+                if inner.straight() and not self.has_check:
+                    inner.vectorize = True
+            if rows:
+                self.close([self.stack[-1]])
         self.close(outer)
-        self._stage(outer[0], shape, 0)
 
     def _column_nest(self, body: Reduce, axes, shape, parallel: bool) -> None:
         """A reduction along the outer dimension of its reads (``dW[d] = sum_n dY[n, d]

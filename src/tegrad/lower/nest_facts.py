@@ -5,7 +5,7 @@
 ``reads_in_bounds``  every affine read stays in its tensor over its variables' ranges
 ``condition_bounds`` the integer expressions a condition bounds (a guarded gather's index)
 ``column_order``     a reduction along the outer dimension of contiguous reads
-``regions``          ranges of the last axis on which every guard on it is constant
+``regions``          ranges of an axis on which every guard on it is constant
 ``specialized``      the body on one such range, its guards folded
 ``work_per_point``   the parallel-work estimate of one output point
 ``stride_ordered``   each reduction's axes ordered by their strides, the longest outermost
@@ -20,8 +20,8 @@ import math
 import numpy as np
 
 from ..ir import dtype as dt
-from ..ir.affine import linearize, single_bound
-from ..ir.bounds import interval, is_pure_index
+from ..ir.affine import inequality, linearize, single_bound
+from ..ir.bounds import form_interval, interval, is_pure_index
 from ..ir.expr import (
     Binary,
     Cast,
@@ -194,19 +194,31 @@ def widened(e: Expr) -> Expr:
     return e
 
 
-def regions(body: Expr, v: Var, n: int, max_regions: int) -> list[tuple[int, int]] | None:
+def regions(body: Expr, v: Var, n: int, max_regions: int,
+            window: int = 0) -> list[tuple[int, int]] | None:
     """Ranges ``[lo, hi)`` covering ``[0, n)`` of the variable ``v`` (an output axis) on
     which every ``select`` condition that bounds ``v`` alone is constant; None when there
     is only one, or ``max_regions`` or more (``Options.max_regions``). A
     concatenation's gradient ``select(j < 256, dA[i, j], 0) + select(256 <= j, dB[i, j -
-    256], 0)`` then runs as one branch-free loop per part."""
+    256], 0)`` then runs as one branch-free loop per part.
+
+    With ``window`` (``Options.unroll``), also where a reduction of at most that many
+    points stops being cut by its ``where``: a padded 3x3 window ``sum_{a, b} X[i + a -
+    1, j + b - 1] W[a, b] where 0 <= j + b - 1 < n`` holds for every ``b`` in ``[0, 3)``
+    exactly on ``1 <= j < n - 1``, so that interior has constant bounds and is unrolled,
+    and its loop over ``j`` vectorizes (a depthwise convolution, a pooling)."""
     cuts = set()
     for x in walk(body):
+        conds = ()
         if isinstance(x, Select):
-            for c in split_conjunction(x.cond):
-                bound = _single_bound(c, v)
-                if bound is not None and 0 < bound < n:
-                    cuts.add(bound)
+            conds = [(c, None) for c in split_conjunction(x.cond)]
+        elif (window and isinstance(x, Reduce) and x.where is not None
+              and math.prod(a.extent for a in x.axes) <= window):
+            conds = [(c, x.axes) for c in split_conjunction(x.where)]
+        for c, axes in conds:
+            bound = _single_bound(c, v) if axes is None else _window_bound(c, v, axes)
+            if bound is not None and 0 < bound < n:
+                cuts.add(bound)
     if not cuts or len(cuts) >= max_regions:
         return None
     edges = [0, *sorted(cuts), n]
@@ -224,14 +236,33 @@ def _single_bound(c: Expr, v: Var) -> int | None:
     return -(k // m) if m > 0 else k // -m + 1
 
 
-def specialized(body: Expr, v: Var, lo: int, hi: int) -> tuple[Var, Expr]:
-    """A variable ranging over ``[lo, hi)`` and ``body`` with it for ``v``, every
-    ``select`` condition that is constant on that range folded away (and the zeros of the
-    branches dropped; a sum of a sum then becomes one sum over both axes, which a
+def _window_bound(c: Expr, v: Var, axes) -> int | None:
+    """The first value where ``c`` (``m v + sum_a c_a a + k >= 0`` over ``v`` and the
+    reduce ``axes`` only) starts or stops holding for every point of the axes: ``m v +
+    k + min_a sum c_a a >= 0``, a bound in ``v`` alone (``_single_bound``'s)."""
+    form = inequality(c)
+    if form is None or form[0].get(v, 0) == 0:
+        return None
+    coeffs, k = form
+    rest = {a: m for a, m in coeffs.items() if a is not v}
+    if any(a not in axes for a in rest):
+        return None
+    low = form_interval(rest, 0)
+    if low is None or low[0] is None:
+        return None
+    m, k = coeffs[v], k + low[0]
+    return -(k // m) if m > 0 else k // -m + 1
+
+
+def specialized(body: Expr, v: Var, lo: int, hi: int,
+                w: Var | None = None) -> tuple[Var, Expr]:
+    """A variable ranging over ``[lo, hi)`` (``w``, or a new one) and ``body`` with it
+    for ``v``, every ``select`` condition that is constant on that range folded away (and
+    the zeros of the branches dropped; a sum of a sum then becomes one sum over both axes, which a
     column-order nest takes), and every conjunct of a reduction's ``where`` that holds on
     all of it dropped (a bias gradient of concatenated parts, each a sum ``where 0 <= j -
     512``: with none left it runs in column order)."""
-    w = Var.fresh(v.name, lo, hi - lo)
+    w = Var.fresh(v.name, lo, hi - lo) if w is None else w
 
     def fold(e: Expr) -> Expr | None:
         if isinstance(e, Reduce) and e.where is not None:  # (a region's where: no test)

@@ -14,6 +14,10 @@ safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they u
 
 A small window (at most ``Options.unroll`` points, constant bounds: a pooling's 2x2, a
 3x3 stencil) is unrolled, so that the loop around it, over outputs, vectorizes instead.
+A conjunct on one axis alone (``2 t + 1 < 3``: a residue class's taps) is a constant
+bound; a conjunct left over is a mask there, not a guard (a max pool gradient's tie
+test ``X[p] == m``). A padded window's bounds are constant inside the borders: the
+loop nest runs that interior as a region of its own (``nest_facts.regions``).
 
 A 0-d kernel's sum (a loss's mean, a sum over all dims) shares its first loop out over
 threads, each with its own accumulators, added up in thread order (``Loop.partials``).
@@ -85,8 +89,11 @@ class ReduceLowering(ExprLowering):
             opened.append(block)
 
         guard([c for c in rest if deepest[c] == -1])
-        unroll = (not rest and math.prod(a.extent for a in e.axes) <= self.options.unroll
-                  and all(bounds[a] == (a.lo, a.lo + a.extent) for a in e.axes))
+        # constant bounds over at most ``unroll`` points, every other conjunct a mask
+        unroll = (all(predicate and deepest[c] == last for c in rest)
+                  and all(isinstance(b, int) for a in e.axes for b in bounds[a])
+                  and math.prod(max(0, hi - lo) for lo, hi in bounds.values())
+                  <= self.options.unroll)
         partials = () if unroll or not self.threaded(e) else tuple(
             (name, r.dtype, accumulator(r, name).identity, r.combiner.kind, nan_flagged(r))
             for r, name in [(e, acc), *siblings.items()])
@@ -207,6 +214,14 @@ class ReduceLowering(ExprLowering):
                 rest.append(c)
                 continue
             for a, coef, others, k, kind in sides:
+                lo, hi = bounds[a]
+                if not others and kind != "eq" and isinstance(lo, int) and isinstance(hi, int):
+                    # coef * a + k >= 0 alone: a constant bound (a residue class's taps)
+                    if coef > 0:
+                        bounds[a] = [max(lo, -(k // coef)), hi]
+                    else:
+                        bounds[a] = [lo, min(hi, k // -coef + 1)]
+                    continue
                 r = Affine(tuple((c, names.get(v) or self.var(v)) for v, c in others.items()), k)
                 lo, hi = bounds[a]
                 if kind == "eq":  # coef * a + R == 0, coef = +-1
