@@ -114,3 +114,39 @@ def test_the_graph_sees_function_local_imports(tmp_path):
 def test_no_import_circle():
     found = [sorted(c) for c in circles(import_graph())]
     assert not found, f"import circles: {found}"
+
+
+HEAVY = ("torch", "triton", "jax", "tvm", "rich", "hypothesis")
+LIGHT_RUN = """
+import sys
+import numpy as np
+import tegrad as tg
+X = tg.placeholder((3, 4), "float64", "X")
+k = tg.reduce_axis(4, "k")
+Y = tg.compute((3,), lambda i: tg.sum(tg.exp(X[i, k]), axis=k), name="Y")
+dX, = tg.gradient(Y, [X])
+print("value", tg.build([X], [Y, dX])(np.ones((3, 4)))[0][0])
+print("loaded", *(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def test_a_build_and_a_call_import_nothing_heavy(tmp_path):
+    """``import tegrad``, a gradient, ``tg.build`` with the default target and a call load
+    none of the optional libraries, torch included (the default target asks whether a GPU
+    may be present without it), on a machine without an NVIDIA driver."""
+    import os
+    import subprocess
+    import sys
+
+    from tegrad.backends.cuda import device
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TEGRAD_CACHE_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-c", LIGHT_RUN.format(heavy=HEAVY)], env=env,
+                          capture_output=True, text=True, check=True, timeout=300)
+    said = {line.split()[0]: line.split()[1:] for line in done.stdout.splitlines() if line}
+    assert abs(float(said["value"][0]) - 4 * 2.718281828459045) < 1e-9, done.stdout
+    heavy = set(said["loaded"])
+    if device.may_have_gpu():  # torch answers whether the GPU is usable
+        heavy -= {"torch", "triton"}
+    assert not heavy, f"loaded by a plain build: {sorted(heavy)}"

@@ -13,6 +13,7 @@ NumPy arrays (copied to the device and back).
 from __future__ import annotations
 
 import os
+import sys
 from functools import cache
 
 import numpy as np
@@ -36,6 +37,19 @@ def _missing() -> str | None:
         return (f"target 'cuda' needs torch and triton (pip install 'tegrad[cuda]'): "
                 f"{error}")
     return None
+
+
+# the NVIDIA driver's device node on Linux, and the GPU paravirtualization node of WSL 2
+DRIVER_NODES = ("/dev/nvidiactl", "/dev/dxg")
+
+
+def may_have_gpu() -> bool:
+    """Whether this machine may have an NVIDIA GPU, asked without importing torch (2-3 s):
+    on Linux, whether a driver's device node is there; elsewhere, or once torch is
+    loaded, torch is asked (True here)."""
+    if _loaded_torch() is not None or not sys.platform.startswith("linux"):
+        return True
+    return any(os.path.exists(node) for node in DRIVER_NODES)
 
 
 def unavailable() -> TargetUnavailable | None:
@@ -77,8 +91,6 @@ def is_tensor(a) -> bool:
 
 
 def _loaded_torch():
-    import sys
-
     return sys.modules.get("torch")
 
 

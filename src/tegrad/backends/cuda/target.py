@@ -19,13 +19,17 @@ class CudaTarget:
         return device.unavailable()
 
     def unavailable_by_default(self):
-        """Why ``target=None`` does not take it: unavailable, or only the interpreter."""
-        missing = device.unavailable()
-        if missing is None and device.interpreting():
-            from ..target import TargetUnavailable
+        """Why ``target=None`` does not take it: only the interpreter, no GPU driver (asked
+        before torch is imported: a ``tg.build`` on a machine without a GPU does not pay
+        for loading torch), or unavailable."""
+        from ..target import TargetUnavailable
 
+        if device.interpreting():
             return TargetUnavailable("target 'cuda' runs in Triton's interpreter here")
-        return missing
+        if not device.may_have_gpu():
+            return TargetUnavailable("target 'cuda' needs an NVIDIA GPU (no driver device "
+                                     f"node: {', '.join(device.DRIVER_NODES)})")
+        return device.unavailable()
 
     def prepare(self, plan, options: Options):
         from .program import blueprint, fused
