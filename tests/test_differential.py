@@ -267,3 +267,24 @@ def test_a_guard_that_reads_through_ids_is_checked_under_the_guards_before_it(ta
     got_value, got = tg.build([X], [T, dX], target=target)(x)
     np.testing.assert_allclose(got_value, value(x), rtol=1e-14)
     np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9)
+
+
+def test_a_grouped_one_dimensional_kernel_with_a_triangular_window():
+    """``T3[i] = sum_{k <= i} T0[i, k]^2`` grouped with ``T4 = log1p(T3^2)`` in one 1-D
+    kernel (seed 92624): the window's bounds are constant from ``i = 4`` on, but such a
+    kernel's parts nest on their own, so it is not split there (the grouped output's
+    store then named the unsplit axis: "variable i0 is not bound")."""
+    X = tg.placeholder((5, 5), "float32", name="X")
+    T0 = tg.compute((5, 5), lambda i, j: X[i, j] / (1.0 + X[i, j] * X[i, j]), name="T0")
+    k = tg.reduce_axis(5, "k")
+    T3 = tg.compute((5,), lambda i: tg.sum(T0[i, k] * T0[i, k], axis=k, where=k <= i),
+                    name="T3")
+    T4 = tg.compute((5,), lambda i: tg.log1p(T3[i] * T3[i]), name="T4")
+    a = np.random.default_rng(3).standard_normal((5, 5)).astype(np.float32)
+    t0 = (a / (1 + a * a)).astype(np.float64)
+    t3 = np.array([np.sum(t0[i, :i + 1] ** 2) for i in range(5)])
+    options = tg.Options.from_environment().replace(max_inline_ratio=1.0,
+                                                    max_cheap_inline_ratio=1.0)
+    got = tg.build([X], [T3, T4], target="cpu", options=options)(a)
+    np.testing.assert_allclose(got[0], t3, rtol=1e-5)
+    np.testing.assert_allclose(got[1], np.log1p(t3 * t3), rtol=1e-5)

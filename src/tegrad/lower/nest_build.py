@@ -124,7 +124,9 @@ class NestBuilder(ReduceLowering):
         if self.options.order_reductions:
             body = stride_ordered(body)
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
-        split = self._regions([body], axes[0], shape[0]) if len(axes) == 1 else None
+        # (a 1-D kernel's parts nest on their own, their ``also`` unspecialized: no windows)
+        split = (self._regions([body], axes[0], shape[0], windows=not self.also)
+                 if len(axes) == 1 else None)
         if split:  # one loop nest per range (``_region_loops`` for the last of 2+ axes)
             for v, part in self._parts(body, axes[0], split):
                 self._nest(part, [v], [v.extent], parallel)
@@ -257,12 +259,13 @@ class NestBuilder(ReduceLowering):
         if not any(v in residues for v in axes[:len(blocks[0].binds)]):
             self._stage(blocks[0], shape, 0)
 
-    def _regions(self, bodies: list, v, n: int, rows: bool = False) -> list | None:
+    def _regions(self, bodies: list, v, n: int, rows: bool = False,
+                 windows: bool = True) -> list | None:
         """``nest_facts.regions`` of ``v``, their cuts joined over ``bodies``: the guards'
-        ranges, and for a kernel without column sums (the region loops add no
-        ``columns``) the ranges where a small window's bounds are constant. An axis
+        ranges, and (``windows``) for a kernel without column sums (the region loops add
+        no ``columns``) the ranges where a small window's bounds are constant. An axis
         before the last (``rows``) is split for windows only."""
-        window = 0 if self.columns else self.options.unroll
+        window = 0 if self.columns or not windows else self.options.unroll
         if rows and not window:
             return None
         limit = self.options.max_regions
