@@ -384,6 +384,9 @@ def index_range(form: AffineIndex, ranges: dict) -> tuple[int, int]:
     return lo, hi
 
 
+MIN_WIDENED = 4  # a shorter output row is not widened (``widening``)
+
+
 def widening(p: Piece, ranges: dict, max_step: int = 4):
     """Row widening, for an im2col-style read ``X[..., y + r, x + s]`` (stride 1):
     give ``x`` the extent of the padded row width ``P`` so that ``(y, x)`` become one
@@ -396,7 +399,12 @@ def widening(p: Piece, ranges: dict, max_step: int = 4):
     step by up to ``max_step`` (``dX[.., 2y + a, 2x + b]``, a residue class of a stride-2
     input gradient: its product, written to a temporary anyway, loops over the two shifted
     taps instead of copying them im2col-style; ``benchmarks/bench_ab.py --knob widen --case
-    conv2d_s2`` measures it).
+    conv2d_s2`` measures it). A row of ``n`` columns is widened by at most ``n // 8 + 2``
+    columns, and a row of fewer than ``MIN_WIDENED`` not at all: at 2 x 2, the widened row
+    of 4 doubled a 3 x 3 convolution's product to save an im2col copy that is small beside
+    it, and a weight gradient's 3 taps widened to 4 came out in a layout that cost a copy
+    of the whole weight (ResNet-18's ``layer4`` weight gradient: 16 ms, 3.3 ms unwidened,
+    torch 10, 1 thread).
     Returns ``(x, P, ((factor position, dim), ...))`` for the pair that wastes least, or
     None."""
     best = None
@@ -439,6 +447,6 @@ def _widen_pair(p: Piece, ranges, x, y, max_step: int):
     width = max(hi - lo + 1 for lo, hi in (index_range(p.factors[k].index[m], ranges)
                                            for k, m in dims.items()))
     n = ranges[x][1] - ranges[x][0] + 1
-    if width <= n or width > n + n // 8 + 2:  # at most ~12% more work
+    if width <= n or n < MIN_WIDENED or width > n + n // 8 + 2:  # (see the docstring)
         return None
     return x, width, tuple(dims.items())
