@@ -130,8 +130,9 @@ class Options:
     overlap_bytes: int = 24 << 20  # a weight gradient's input copied overlapped, up to
     # a thin output: fewer points than this on a product's free side (host/products.py:
     # a one-sided batch joins it, shifted reads of the larger operand go through taps) or
-    # on a strided read's output variables (lower/contraction.py: no phase split)
-    thin_batch: int = 64
+    # on a strided read's output variables (lower/contraction.py: no phase split); 32:
+    # ResNet's 2x2 and 4x4 layers gain, and 7x7 ones (49 points) lose, from the merge
+    thin_batch: int = 32
     free_unread: bool = True  # a tensor no later kernel reads back to the pool at once
     parallel_copy_elements: int = 1 << 16  # compiled layout copies split from this size
     parallel_transpose_elements: int = 1 << 14  # ... transposes from this one
