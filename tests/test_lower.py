@@ -903,3 +903,32 @@ def test_a_strided_conv_of_small_images_is_not_split_into_phases(size, split):
     assert any(f.phases for f in piece.factors) == split
     (piece,) = match_contraction(Y, thin=0).pieces
     assert any(f.phases for f in piece.factors)
+
+
+@pytest.mark.parametrize("kernel, stride, padding, extra", [
+    (2, 2, 0, 0), (3, 2, 1, 1), (4, 2, 1, 0), (3, 3, 0, 2), (1, 2, 0, 1)], ids=str)
+def test_transposed_convolution_classes_are_disjoint_pieces(kernel, stride, padding, extra):
+    """A strided transposed convolution's residue classes split its reduce axes with its
+    output axes, yet write apart (``contraction._apart``): where they cover the output,
+    each is written once, in place (no zeroing, no accumulation), interleaved by one copy
+    (``views.phase_grid``); torch's values in float64 on both targets either way."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 3, 5, 4), "float64", name="X")
+    W = tg.placeholder((3, 2, kernel, kernel), "float64", name="W")
+    Y = tg.nn.conv_transpose2d(X, W, None, stride=stride, padding=padding,
+                               output_padding=extra)
+    H = tg.placeholder(Y.shape, "float64", name="H")
+    c = match_contraction(Y)  # (None with output_padding: a general kernel pads it)
+    assert c is None or c.disjoint
+    if kernel % stride == 0 and padding == 0 and extra == 0:
+        assert c.covers and len(c.pieces) == stride * stride
+    rng = np.random.default_rng(kernel * 10 + stride)
+    x, w, h = (rng.standard_normal(t.shape) for t in (X, W, H))
+    tx, tw = (torch.from_numpy(a).requires_grad_() for a in (x, w))
+    ty = torch.nn.functional.conv_transpose2d(tx, tw, None, stride, padding, extra)
+    want = [ty.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(
+        ty, [tx, tw], torch.from_numpy(h)))]
+    program = [X, W, H], [Y, *tg.gradient(Y, [X, W], H)]
+    for target in ("numpy", "cpu"):
+        for a, b in zip(tg.build(*program, target=target)(x, w, h), want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

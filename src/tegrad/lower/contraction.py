@@ -105,12 +105,29 @@ def match_contraction(t: Compute, max_widened_step: int = 4, thin: int = 0
                 pieces.append(p)
     except _NoMatch:
         return None
-    disjoint = all(s.red_vars == splits[0].red_vars for s in splits)  # no reduce residues
+    disjoint = (all(s.red_vars == splits[0].red_vars for s in splits)  # no reduce residues
+                or all(_apart(p, q) for k, p in enumerate(pieces) for q in pieces[k + 1:]))
     written = sum(math.prod(hi - lo + 1 for v, lo, hi in p.ranges if v in p.out_vars)
                   for p in pieces)
     covers = disjoint and written == math.prod(t.shape)
     kind = splits[0].kind if splits else "none"
     return Contraction(t.shape, body.dtype, t.dtype, tuple(pieces), disjoint, covers, kind)
+
+
+def _apart(p: Piece, q: Piece) -> bool:
+    """Whether pieces ``p`` and ``q`` write no element in common: along some output axis
+    their indices ``c v + a`` and ``c w + b`` are of different residues modulo a shared
+    ``c`` (a stride-2 transposed convolution's classes ``2 q + 0`` and ``2 q + 1``, whose
+    reduce axes are split with them), or their ranges do not meet."""
+    ranges = {v: (lo, hi) for v, lo, hi in (*p.ranges, *q.ranges)}
+    for (pc, pk), (qc, qk) in zip(p.out_index, q.out_index, strict=True):
+        if len(pc) == 1 and len(qc) == 1 and pc[0][1] == qc[0][1] and abs(pc[0][1]) > 1 \
+                and (pk - qk) % pc[0][1]:
+            return True
+        (plo, phi), (qlo, qhi) = (index_range(f, ranges) for f in ((pc, pk), (qc, qk)))
+        if phi < qlo or qhi < plo:
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------------------
