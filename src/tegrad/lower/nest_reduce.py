@@ -223,7 +223,6 @@ class ReduceLowering(ExprLowering):
                         bounds[a] = [lo, min(hi, k // -coef + 1)]
                     continue
                 r = Affine(tuple((c, names.get(v) or self.var(v)) for v, c in others.items()), k)
-                lo, hi = bounds[a]
                 if kind == "eq":  # coef * a + R == 0, coef = +-1
                     point = Scaled(-coef, r)
                     bounds[a] = [IMax(lo, point), IMin(hi, Next(point))]
