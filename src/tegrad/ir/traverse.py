@@ -136,11 +136,18 @@ def walk(e: Expr) -> Iterable[Expr]:
 
 
 def tensors_read(e: Expr) -> list[Tensor]:
-    out: dict[Tensor, None] = {}
-    for x in walk(e):
-        if isinstance(x, Read):
-            out[x.tensor] = None
-    return list(out)
+    """The tensors ``e`` reads, in order of first read; kept on the node (planning and
+    the simplifier ask it of the same bodies tens of thousands of times in a ResNet-50
+    gradient)."""
+    memo = node_memo(e)
+    found = memo.get("tensors_read")
+    if found is None:
+        out: dict[Tensor, None] = {}
+        for x in walk(e):
+            if isinstance(x, Read):
+                out[x.tensor] = None
+        found = memo["tensors_read"] = tuple(out)
+    return list(found)
 
 
 def topo_tensors(outputs: Iterable[Tensor], stop: Iterable[Tensor] = ()) -> list[Tensor]:
