@@ -256,28 +256,30 @@ def test_a_max_pool_and_its_tie_counts_are_split_by_region():
 
 
 def _windows():
-    """``(name, tegrad op, torch op, taps)`` for windows whose regions differ: padding less
-    than, equal to and more than half the window, strides, dilation, images smaller than
-    the window."""
-    F = pytest.importorskip("torch").nn.functional
+    """``(name, tegrad op, torch op of (F, ...), taps)`` for windows whose regions differ:
+    padding less than, equal to and more than half the window, strides, dilation, images
+    smaller than the window (``F``: ``torch.nn.functional``)."""
     cases = [(f"depthwise k{k} p{p} s{s} d{d}",
               lambda x, w, k=k, p=p, s=s, d=d: tg.nn.conv2d(x, w, None, s, p, d, groups=3),
-              lambda x, w, k=k, p=p, s=s, d=d: F.conv2d(x, w, None, s, p, d, groups=3), k)
+              lambda F, x, w, k=k, p=p, s=s, d=d: F.conv2d(x, w, None, s, p, d, groups=3), k)
              for k, p, s, d in [(3, 1, 1, 1), (3, 1, 2, 1), (3, 2, 1, 1), (3, 0, 1, 1),
                                 (2, 1, 1, 1), (3, 2, 1, 2), (5, 2, 2, 1), (1, 1, 1, 1)]]
     cases += [(f"max_pool k{k} s{s} p{p}{' ceil' if c else ''}",
                lambda x, k=k, s=s, p=p, c=c: tg.nn.max_pool2d(x, k, s, p, ceil_mode=c),
-               lambda x, k=k, s=s, p=p, c=c: F.max_pool2d(x, k, s, p, ceil_mode=c), None)
+               lambda F, x, k=k, s=s, p=p, c=c: F.max_pool2d(x, k, s, p, ceil_mode=c), None)
               for k, s, p, c in [(3, 2, 1, False), (3, 1, 1, False), (2, 2, 1, True),
                                  (3, 2, 1, True)]]
     cases += [("avg_pool k3 s2 p1 no pad count",
                lambda x: tg.nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
-               lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), None)]
+               lambda F, x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), None)]
     return cases
 
 
+WINDOWS = _windows()
+
+
 @pytest.mark.parametrize("size", [(1, 1), (2, 3), (5, 5), (9, 12)], ids=str)
-@pytest.mark.parametrize("case", range(13))
+@pytest.mark.parametrize("case", WINDOWS, ids=lambda case: case[0])
 def test_windows_split_by_region_agree_with_torch(case, size):
     """Forward and gradients of the windows above on images from 1 x 1 up, on the cpu
     target with regions and without (``max_regions=0``): torch's values in float64, and
@@ -287,8 +289,11 @@ def test_windows_split_by_region_agree_with_torch(case, size):
     torch = pytest.importorskip("torch")
     if compiler() is None:
         pytest.skip("no C compiler")
-    _, ours, theirs, k = _windows()[case]
-    rng = np.random.default_rng(case)
+    _, ours, torch_op, k = case
+
+    def theirs(*tensors):
+        return torch_op(torch.nn.functional, *tensors)
+    rng = np.random.default_rng(WINDOWS.index(case))
     arrays = [rng.standard_normal((2, 3, *size))]
     if k is not None:
         arrays.append(rng.standard_normal((3, 1, k, k)))

@@ -233,6 +233,12 @@ def _single_bound(c: Expr, v: Var) -> int | None:
     if bound is None or bound[0] is not v:
         return None
     _, m, k = bound
+    return _turn(m, k)
+
+
+def _turn(m: int, k: int) -> int:
+    """Where ``m v + k >= 0`` starts (``m > 0``: ``ceil(-k / m)``) or stops (``m < 0``:
+    one past ``floor(k / -m)``) holding along ``v``."""
     return -(k // m) if m > 0 else k // -m + 1
 
 
@@ -250,8 +256,7 @@ def _window_bound(c: Expr, v: Var, axes) -> int | None:
     low = form_interval(rest, 0)
     if low is None or low[0] is None:
         return None
-    m, k = coeffs[v], k + low[0]
-    return -(k // m) if m > 0 else k // -m + 1
+    return _turn(coeffs[v], k + low[0])
 
 
 def specialized(body: Expr, v: Var, lo: int, hi: int,

@@ -43,13 +43,19 @@ def _missing() -> str | None:
 DRIVER_NODES = ("/dev/nvidiactl", "/dev/dxg")
 
 
+def driver_present() -> bool:
+    """Whether an NVIDIA driver's device node is here (``tests/conftest.py`` asks it too,
+    to run the cuda tests in Triton's interpreter where there is none)."""
+    return any(os.path.exists(node) for node in DRIVER_NODES)
+
+
 def may_have_gpu() -> bool:
     """Whether this machine may have an NVIDIA GPU, asked without importing torch (2-3 s):
     on Linux, whether a driver's device node is there; elsewhere, or once torch is
     loaded, torch is asked (True here)."""
     if _loaded_torch() is not None or not sys.platform.startswith("linux"):
         return True
-    return any(os.path.exists(node) for node in DRIVER_NODES)
+    return driver_present()
 
 
 def unavailable() -> TargetUnavailable | None:

@@ -170,7 +170,6 @@ class CudaProgram:
         return results if given_tensors else [dev.to_numpy(r) for r in results]
 
     def run_tensors(self, arrays: dict) -> list:
-
         if self.err is not None:
             self.err.zero_()
         for k, (kernel, step) in enumerate(zip(self.plan.kernels, self.steps, strict=True)):
