@@ -863,6 +863,44 @@ def test_same_op_same_shapes_is_a_cache_hit():
     assert cache_info().misses > third.misses
 
 
+def test_quick_paths_give_numpys_values_and_hit_the_cache():
+    """The eager layer's quick paths (a binary operator's key, ``eager_aware``'s key, a
+    one-kernel or one-view program run straight): each repeated call is a hit, keys
+    that differ only inside an index key or by a number's type are distinct templates,
+    and inputs the kernel cannot take as they are (a view, another layout) are copied."""
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((8, 8)).astype(np.float32)
+    m = tg.Variable(base)
+    for _ in range(2):  # the second time round, every call is a hit
+        before = cache_info()
+        np.testing.assert_array_equal((m[1:5, ::2]).numpy(), base[1:5, ::2])
+        np.testing.assert_array_equal((m[1:5, ::3]).numpy(), base[1:5, ::3])
+        np.testing.assert_array_equal((m[::-1, 2]).numpy(), base[::-1, 2])
+        view = m[1:7, ::2]  # a strided view of m's array, fed to compiled kernels
+        np.testing.assert_array_equal((view + view).numpy(), base[1:7, ::2] * 2)
+        np.testing.assert_allclose(tg.exp(view).numpy(), np.exp(base[1:7, ::2]), rtol=1e-6)
+        t = tg.Variable(base.T)  # a transposed (Fortran-order) array
+        np.testing.assert_array_equal((t + m).numpy(), base.T + base)
+        np.testing.assert_allclose(tg.nn.sum(t, dim=(0,)).numpy(), base.T.sum(0), atol=1e-5)
+        np.testing.assert_array_equal(tg.nn.relu(t).numpy(), np.maximum(base.T, 0))
+        after = cache_info()
+    assert after.misses == before.misses and after.hits > before.hits
+    # the same call with an int, a float and a bool: three templates
+    x = tg.Variable(np.array([-2.0, 1.0, 3.0]))
+    assert x[1].numpy() == 1.0
+    for static in (2, 2.0, True, 0.5, False):
+        np.testing.assert_allclose(tg.nn.leaky_relu(x, static).numpy(), [-2.0 * static, 1, 3])
+
+
+def test_quick_path_raises_a_gathers_index_error():
+    table = tg.Variable(np.arange(12.0).reshape(4, 3))
+    ids = tg.Variable(np.array([0, 3, 1]))
+    np.testing.assert_array_equal(table[ids].numpy(), np.arange(12.0).reshape(4, 3)[[0, 3, 1]])
+    with pytest.raises(IndexError):
+        table[tg.Variable(np.array([0, 4, 1]))]
+    np.testing.assert_array_equal(table[ids].numpy(), np.arange(12.0).reshape(4, 3)[[0, 3, 1]])
+
+
 def test_nn_op_and_its_backward_are_built_once():
     x = tg.Variable(np.random.default_rng(6).standard_normal((1, 1, 5, 6)))
     w = tg.Variable(np.ones((2, 1, 3, 3)))

@@ -67,6 +67,7 @@ class GraphFunction:
         self.float_inputs = tuple(k for k, x in enumerate(self.inputs) if dt.is_float(x.dtype))
         self.float_outputs = tuple(k for k, y in enumerate(self.outputs) if dt.is_float(y.dtype))
         self._out_dtypes = tuple((y, np.dtype(y.dtype)) for y in self.outputs)
+        self.out_dtype = self.outputs[0].dtype if single else None  # (the eager layer's)
         self._program: Callable | None = None
         self._direct: Callable | None = None  # call_exact's runner, once built
         self._vjps: dict[tuple[int, ...], GraphFunction] = {}

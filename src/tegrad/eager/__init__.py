@@ -12,7 +12,8 @@ from collections.abc import Iterable, MutableMapping
 
 import numpy as np
 
-from .variable import PLAIN, Variable, apply
+from ..function import quick_lookup
+from .variable import PLAIN, Variable, apply, quick_key, ran
 
 
 def _holds_variable(value) -> bool:
@@ -36,7 +37,11 @@ def eager_aware(fn):
     """``fn`` unchanged on tensors; on Variables, one eager operation (``variable.apply``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        # the common call, Variables and plain values only, decided in one pass
+        # the common call: concrete Variables and plain values, a template run before
+        key, leaves = quick_key(fn, args, kwargs)
+        if leaves:
+            graph = quick_lookup(key)
+            return ran(graph, leaves) if graph is not None else apply(fn, *args, **kwargs)
         variables = False
         for a in (*args, *kwargs.values()) if kwargs else args:
             kind = type(a)

@@ -175,7 +175,13 @@ class Variable:
         a, b = (other, self) if reverse else (self, other)
         if op == "div" and not a.dtype.startswith("float") and not b.dtype.startswith("float"):
             a, b = a.astype("float64"), b.astype("float64")  # NumPy: int / int is float64
-        return apply(ELEMENTWISE[op], a, b)
+        fn = ELEMENTWISE[op]
+        if (not TRACERS and type(a) is Variable and type(b) is Variable
+                and a.value is not None and b.value is not None):  # ``apply``'s quick key
+            graph = quick_lookup((fn, a.value.shape, a._dtype, b.value.shape, b._dtype))
+            if graph is not None:
+                return ran(graph, [a, b])
+        return apply(fn, a, b)
 
     def __add__(self, o):
         return self._binary("add", o)
@@ -356,8 +362,7 @@ def apply(fn, *args, **kwargs):
     key, leaves = quick_key(fn, args, kwargs)
     graph = quick_lookup(key) if key is not None else None
     if graph is not None:  # Variables of the key's shapes and dtypes: no checks again
-        outs = recorded(graph, leaves, graph.call_exact([v.value for v in leaves]))
-        return outs[0] if graph.single else tuple(outs)
+        return ran(graph, leaves)
     leaves, spec_args, spec_kwargs = split_leaves(args, kwargs, is_variable)
     if TRACERS and any(v.symbolic for v in leaves):
         return _symbolic(fn, args, kwargs)
@@ -394,13 +399,43 @@ def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
                 return None, []
             leaves.append(a)
             key += (a.value.shape, a._dtype)
-        elif kind in PLAIN or (kind is tuple and all(type(n) is int for n in a)):
+        elif kind in PLAIN or (kind is tuple and _exact(a)):
             key += (kind, a)
         elif a is _KEYWORDS:
             key.append(a)
         else:
             return None, []
     return tuple(key), leaves
+
+
+def ran(graph: GraphFunction, leaves: list[Variable]):
+    """The output(s) of ``graph`` found by a quick key for ``leaves`` (so of its inputs'
+    shapes and dtype names: ``call_exact``), recorded on the active tapes. An eager op's
+    whole cost on small arrays is a few microseconds, so the common case, one output and
+    no tape, makes its Variable here."""
+    direct = graph._direct  # (call_exact's runner, once the first call has made it)
+    values = (direct or graph.call_exact)([v.value for v in leaves])
+    if TAPES or not graph.single:
+        outs = recorded(graph, leaves, values)
+        return outs[0] if graph.single else tuple(outs)
+    v = _new(Variable)
+    v.value, v._dtype, v._number = values[0], graph.out_dtype, next(_NAMES)
+    v.tensor, v.trainable, v._name = None, False, None
+    return v
+
+
+_new = object.__new__
+
+
+def _exact(items: tuple) -> bool:
+    """Whether a tuple is a quick key's static value: ints and strings, nested (an index
+    key, ``indexing.canonical_key``). Not floats or bools: ``(1,) == (1.0,) == (True,)``,
+    which ``freeze`` keeps apart."""
+    for n in items:
+        kind = type(n)
+        if kind is not int and kind is not str and not (kind is tuple and _exact(n)):
+            return False
+    return True
 
 
 def run(graph: GraphFunction, inputs: Sequence[Variable], keep: bool = False

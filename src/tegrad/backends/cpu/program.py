@@ -137,12 +137,17 @@ class CpuProgram:
     def _direct_call(self):
         """``run`` by position for a program that is one small compiled kernel reading
         only the inputs, with no scratch tensor and no BLAS to hold (an eager op: ``x + y``
-        on small arrays): the input arrays, of their placeholders' shapes and dtypes (the
-        caller checks), straight to the kernel, with no feed, no pool and no liveness.
+        on small arrays), or one view of an input: the input arrays, of their
+        placeholders' shapes and dtypes (the caller checks), straight to the kernel, with
+        no feed, no pool and no liveness.
         None for any other program."""
         if len(self.plan.kernels) != 1 or self.holds_blas_threads:
             return None
         (kernel,), (step,) = self.plan.kernels, self.steps
+        if (isinstance(step, ViewOf) and step.source in self.inputs
+                and list(self.plan.outputs) == [kernel.tensor]):  # ``x[1:5, ::2]``
+            source, position = step.source, self.inputs.index(step.source)
+            return lambda arrays: [step({source: arrays[position]})]
         if (not isinstance(step, CompiledKernel) or step.written or step.pooled
                 or list(self.plan.outputs) != [kernel.tensor]
                 or any(a not in self.inputs for a, _, _ in step.reads)):
