@@ -13,7 +13,7 @@ from collections.abc import Iterable, MutableMapping
 import numpy as np
 
 from ..function import quick_lookup
-from .variable import PLAIN, Variable, apply, quick_key, ran
+from .variable import PLAIN, TRACERS, Variable, apply, quick_key, ran
 
 
 def _holds_variable(value) -> bool:
@@ -37,7 +37,13 @@ def eager_aware(fn):
     """``fn`` unchanged on tensors; on Variables, one eager operation (``variable.apply``)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        # the common call: concrete Variables and plain values, a template run before
+        # the common calls: one concrete Variable (``apply``'s quick key built here), or
+        # concrete Variables and plain values, of a template run before
+        if len(args) == 1 and not kwargs and type(args[0]) is Variable and not TRACERS:
+            v = args[0]
+            graph = None if v.value is None else quick_lookup((fn, v.value.shape, v._dtype))
+            if graph is not None:
+                return ran(graph, [v])
         key, leaves = quick_key(fn, args, kwargs)
         if leaves:
             graph = quick_lookup(key)
