@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ..frontend.math import abs as tabs
 from ..frontend.math import all as tall
-from ..frontend.math import cast, maximum, minimum, power
+from ..frontend.math import cast, if_then_else, maximum, minimum, power
 from ..frontend.reduce import argmax, reduce_axis
 from ..frontend.reduce import max as tmax
 from ..frontend.reduce import min as tmin
@@ -367,9 +367,57 @@ def lp_pool3d(input, norm_type, kernel_size, stride=None, ceil_mode=False):
 def _adaptive_avg(n, input, output_size, op=None):
     op = op or f"adaptive_avg_pool{n}d"
     lead = _leading(input, n, op)
-    out = _adaptive_sizes(output_size, input.shape[lead:], op)
-    window, widths, count = _bins(lead, input.shape[lead:], out)
-    return _sum(input, lead, window, widths, out, count, unique_name(op))
+    sizes = input.shape[lead:]
+    out = _adaptive_sizes(output_size, sizes, op)
+    if all(size % o == 0 for size, o in zip(sizes, out, strict=True)):
+        window, widths, count = _bins(lead, sizes, out)
+        return _sum(input, lead, window, widths, out, count, unique_name(op))
+    return _separable_avg(input, lead, out, unique_name(op))
+
+
+def _separable_avg(input, lead, out, name):
+    """Bins that do not divide their axis, one axis at a time (a box mean is the product
+    of its axes' means): ``y[.., j, ..] = sum_h A[j, h] x[.., h, ..]`` with the bin
+    matrix ``A[j, h] = [lo(j) <= h < hi(j)] / (hi(j) - lo(j))``. Its gradient is then
+    the same small contraction, ``dx[.., h, ..] = sum_j A[j, h] dy[.., j, ..]``, where
+    the window form's inverts ``h = lo(j) + r`` for each bin under floor bounds; an axis
+    that its bins divide keeps its fixed window of ``L / O``."""
+    x = input
+    axes = [a for a, (size, o) in enumerate(zip(input.shape[lead:], out, strict=True))
+            if size != o]
+    for k, a in enumerate(axes):
+        d, size, o = lead + a, x.shape[lead + a], out[a]
+        shape = (*x.shape[:d], o, *x.shape[d + 1:])
+        step = name if k == len(axes) - 1 else unique_name(f"{name}_axis{a}")
+        if size % o == 0:
+            x = _mean_window(x, d, size // o, shape, step)
+            continue
+        bins = _bin_matrix(size, o, x.dtype, unique_name(f"{name}_bins{a}"))
+
+        def body(*i, x=x, d=d, bins=bins, size=size):
+            h = reduce_axis(size, name="h")
+            return tsum(bins[i[d], h] * x[(*i[:d], h, *i[d + 1:])], axis=h)
+        x = compute(shape, body, name=step)
+    if not axes:  # (every output size equal to its input's: a copy)
+        x = compute(input.shape, lambda *i: input[i], name=name)
+    return x
+
+
+def _mean_window(x, d, width, shape, name):
+    """The mean over fixed windows of ``width`` along dim ``d``."""
+    def body(*i):
+        r = reduce_axis(width, name="r")
+        return tsum(x[(*i[:d], _affine(i[d], width) + r, *i[d + 1:])], axis=r) / float(width)
+    return compute(shape, body, name=name)
+
+
+def _bin_matrix(size: int, o: int, dtype: str, name: str) -> Tensor:
+    """``A[j, h] = 1 / (hi - lo)`` inside bin ``j = [lo, hi)`` of ``size`` into ``o``, else 0."""
+    def body(j, h):
+        lo, hi = (j * size) // o, ((j + 1) * size + o - 1) // o
+        inside = tall(lo <= h, h < hi)
+        return if_then_else(inside, 1.0 / cast(hi - lo, dtype), cast(0, dtype))
+    return compute((o, size), body, name=name)
 
 
 def _adaptive_max(n, input, output_size, return_indices, op=None):
