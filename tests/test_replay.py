@@ -315,6 +315,35 @@ def test_data_address_is_the_arrays_data_pointer():
 
 
 
+def test_operands_are_located_among_apart_and_overlapping_inputs():
+    """The recorder finds each product operand's input by bisection where the inputs'
+    spans lie apart (weights), by a scan where two overlap (views of one array): a
+    recorded layout replayed on new arrays gives NumPy's values both ways."""
+    from tegrad.backends.cpu.replay import Recorder
+
+    rng = np.random.default_rng(5)
+    a, b, c = (tg.placeholder((6, 6), "float64", name) for name in "abc")
+    outs = [tg.nn.matmul(a, b), tg.nn.matmul(b, c), tg.nn.matmul(c, a)]
+    f = tg.build([a, b, c], outs, target="cpu")
+    ref = tg.build([a, b, c], outs, target="numpy")
+    base = rng.standard_normal((8, 6))
+    for arrays in ([rng.standard_normal((6, 6)) for _ in range(3)],
+                   [base[:6], base[1:7], base[2:]],  # overlapping views of one array
+                   [rng.standard_normal((6, 6)) for _ in range(3)]):
+        for got, want in zip(f(*arrays), ref(*arrays), strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    weights = [np.zeros(4), np.zeros((3, 5)), np.zeros(7)]
+    apart = Recorder(weights, None, 1, (0, 0))
+    assert apart.starts is not None
+    for k, w in enumerate(weights):
+        assert apart._locate(w.ctypes.data + 8) == (k, 8)
+    assert apart.why is None
+    together = Recorder([base[:6], base[1:7]], None, 1, (0, 0))
+    assert together.starts is None
+    together._locate(base[1:7].ctypes.data)  # in both spans: said, not guessed
+    assert together.why == "an operand in two buffers"
+
+
 # (batch, hidden) -> the layout of the forward step's h W^T on 2 threads, float32, AVX-512:
 # rows split over the threads (8 rows each or more, W^T at most 1 MiB), else columns (128
 # or more each), else MKL's pack

@@ -30,7 +30,9 @@ its output buffer is not kept either. Otherwise the layout keeps the general pat
 
 from __future__ import annotations
 
+import bisect
 import ctypes
+import itertools
 import sys
 import threading
 from functools import partial
@@ -80,9 +82,14 @@ def data_address(a: np.ndarray) -> int:
     return ctypes.c_void_p.from_address(id(a) + _OFFSET).value
 
 
+def array_address(a: np.ndarray) -> int:
+    """``a.ctypes.data`` for any array (``data_address`` where ``a`` is an ndarray)."""
+    return data_address(a) if type(a) is np.ndarray else a.ctypes.data
+
+
 def _span(a: np.ndarray) -> tuple[int, int]:
     """The addresses ``[lo, hi)`` of the bytes array ``a`` may touch."""
-    start = a.ctypes.data
+    start = array_address(a)
     lo = hi = 0
     for n, s in zip(a.shape, a.strides, strict=True):
         if n > 1:
@@ -103,7 +110,13 @@ class Recorder:
         self.threads = threads
         self.copy_limits = copy_limits
         self.pool = pool
-        self.inputs = [(a.ctypes.data, *_span(a)) for a in inputs]
+        self.inputs = [(array_address(a), *_span(a)) for a in inputs]
+        # the inputs' spans by start, for a bisection where no two of them overlap (a
+        # training step's hundreds of weights, searched for each product's operands)
+        spans = sorted((lo, hi, k) for k, (_, lo, hi) in enumerate(self.inputs))
+        apart = all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        self.starts = [lo for lo, _, _ in spans] if apart else None
+        self.spans = spans
         self.output: np.ndarray | None = None
         self.owned: list[np.ndarray] = []  # temporaries and workspace buffers (roots)
         self.actions: list = []
@@ -145,15 +158,15 @@ class Recorder:
     def _log(self, call, operands, reach=None) -> None:
         """Log and make ``call`` on ``operands``; ``reach`` lists, per operand, the arrays
         its call touches (a product's terms: at fixed offsets in the same buffer)."""
-        addresses = [x.ctypes.data for x in operands]
+        addresses = [array_address(x) for x in operands]
         located = tuple(self._locate(p) for p in addresses)
         n = len(self.inputs)
         for x, (k, _), touched in zip(operands, located, reach or [[x] for x in operands],
                                      strict=True):
-            if any(self._locate(t.ctypes.data)[0] != k for t in touched):
+            if any(self._locate(array_address(t))[0] != k for t in touched):
                 self.untraceable("a product's terms in two buffers")
             if k > n:  # an owned buffer: the recipe copies the bytes that are used
-                start = self._buffer(k).ctypes.data
+                start = array_address(self._buffer(k))
                 end = max(_span(t)[1] for t in (x, *touched)) - start
                 self.used[k - n - 1] = max(self.used.get(k - n - 1, 0), end)
         self.actions.append((call, located))
@@ -167,15 +180,22 @@ class Recorder:
         """``(buffer, byte offset from its data pointer)`` of an operand's first element:
         buffers ``0..n-1`` are the inputs, ``n`` the output, ``n + 1 + j`` owned one
         ``j``."""
-        found = [(k, address - data) for k, (data, lo, hi) in enumerate(self.inputs)
-                 if lo <= address < hi]
+        if self.starts is None:
+            found = [(k, address - data) for k, (data, lo, hi) in enumerate(self.inputs)
+                     if lo <= address < hi]
+        else:
+            found = []
+            j = bisect.bisect_right(self.starts, address) - 1
+            if j >= 0 and address < self.spans[j][1]:
+                k = self.spans[j][2]
+                found.append((k, address - self.inputs[k][0]))
         n = len(self.inputs)
         if self.output is not None:
             lo, hi = _span(self.output)
             if lo <= address < hi:
-                found.append((n, address - self.output.ctypes.data))
+                found.append((n, address - array_address(self.output)))
         for j, root in enumerate(self.owned):
-            start = root.ctypes.data
+            start = array_address(root)
             if start <= address < start + root.nbytes:
                 found.append((n + 1 + j, address - start))
         if not found:
@@ -184,7 +204,7 @@ class Recorder:
                 self.untraceable("an operand NumPy computed")
                 return -1, 0
             self.owned.append(root)
-            found.append((n + len(self.owned), address - root.ctypes.data))
+            found.append((n + len(self.owned), address - array_address(root)))
         if len(found) > 1:
             self.untraceable("an operand in two buffers")
         return found[0]
