@@ -319,3 +319,79 @@ def test_windows_split_by_region_agree_with_torch(case, size):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
         for a, b in zip(f(*ties, h), reference, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+# guards: a point guard's own range, and rows split by guards ---------------------------
+
+
+def test_a_point_guard_cuts_its_own_range_and_folds_there():
+    """A replicate pad's gradient adds its edges under ``select(0 == j, ...)``: the axis
+    is cut at ``j = 0`` and after it (and at the last point), and on the range between
+    every edge select folds away, leaving the plain read; with both axes specialized so,
+    nothing is left to select."""
+    from tegrad.ir.expr import Select
+    from tegrad.ir.traverse import walk
+    from tegrad.lower.nest_facts import regions, specialized
+
+    X = tg.placeholder((5, 6), "float64", "X")
+    Y = tg.nn.pad(X, (1, 1, 1, 1), mode="replicate")
+    (dX,) = tg.gradient(Y, [X], tg.placeholder(Y.shape, "float64", "H"))
+    (t,) = [k for k, _, _, _ in _general([dX])]
+    i, j = t.axes
+    assert regions(t.body, i, 5, 8) == [(0, 1), (1, 4), (4, 5)]
+    assert regions(t.body, j, 6, 8) == [(0, 1), (1, 5), (5, 6)]
+    _, rows = specialized(t.body, i, 1, 4)
+    _, inside = specialized(rows, j, 1, 5)
+    assert any(isinstance(x, Select) for x in walk(rows))  # (the column edges are left)
+    assert not any(isinstance(x, Select) for x in walk(inside)), inside
+    _, corner = specialized(t.body, i, 0, 1)
+    assert any(isinstance(x, Select) for x in walk(corner))
+
+
+def _guarded():
+    """``(name, tegrad op, torch op of (F, ...))`` for bodies split by guards along rows
+    and by point guards: pads of every mode and rank, concatenations and stacks."""
+    cases = [(f"pad {mode} {len(pad) // 2}-D {pad}",
+              lambda x, mode=mode, pad=pad: tg.nn.pad(x, pad, mode=mode),
+              lambda F, x, mode=mode, pad=pad: F.pad(x, pad, mode=mode))
+             for mode, pad in [("replicate", (1, 2)), ("replicate", (1, 1, 2, 0)),
+                               ("replicate", (1, 1, 2, 2, 1, 0)), ("reflect", (1, 1, 1, 1)),
+                               ("constant", (2, 1, 0, 3)), ("circular", (1, 1, 1, 1))]]
+    cases += [("cat dim 2", lambda x: tg.nn.cat([x, x * 2.0, x], 2),
+               lambda F, x: __import__("torch").cat([x, x * 2.0, x], 2)),
+              ("stack dim -1", lambda x: tg.nn.stack([x, x * 3.0], -1),
+               lambda F, x: __import__("torch").stack([x, x * 3.0], -1))]
+    return cases
+
+
+GUARDED = _guarded()
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 3), (4, 5), (7, 9)], ids=str)
+@pytest.mark.parametrize("case", GUARDED, ids=lambda case: case[0])
+def test_guarded_bodies_split_by_region_agree_with_torch(case, size):
+    """Forward and gradient of the guarded bodies above on 1 x 1 images up, on the cpu
+    target with regions and without (``max_regions=0``), against torch in float64."""
+    from tegrad.backends.cpu.compiler import compiler
+    torch = pytest.importorskip("torch")
+    if compiler() is None:
+        pytest.skip("no C compiler")
+    name, ours, theirs = case
+    shape = (2, 3, *size) if "3-D" not in name else (1, 2, 3, *size)
+    rng = np.random.default_rng(GUARDED.index(case))
+    x = rng.standard_normal(shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    try:
+        ty = theirs(torch.nn.functional, tx)
+    except (RuntimeError, NotImplementedError):  # (a reflection wider than the input)
+        pytest.skip("torch refuses this pad here")
+    X = tg.placeholder(shape, "float64", "X")
+    Y = ours(X)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    h = rng.standard_normal(Y.shape)
+    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    base = Options.from_environment()
+    for options in (base, base.replace(max_regions=0)):
+        f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
+        for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -266,16 +266,14 @@ class NestBuilder(ReduceLowering):
         no ``columns``) the ranges where a small window's bounds are constant. An axis
         before the last (``rows``) is split for windows only."""
         window = 0 if self.columns or not windows else self.options.unroll
-        if rows and not window:
+        if rows and self.columns:
             return None
         limit = self.options.max_regions
-        cuts, plain = set(), set()
+        cuts = set()
         for body in bodies:
             cuts.update(lo for lo, _ in regions(body, v, n, limit, window) or ())
-            if rows:
-                plain.update(lo for lo, _ in regions(body, v, n, limit) or ())
         cuts.discard(0)
-        if not cuts or len(cuts) >= limit or (rows and cuts <= plain):
+        if not cuts or len(cuts) >= limit:
             return None
         edges = [0, *sorted(cuts), n]
         return list(zip(edges[:-1], edges[1:], strict=True))

@@ -216,6 +216,9 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
               and math.prod(a.extent for a in x.axes) <= window):
             conds = [(c, x.axes) for c in split_conjunction(x.where)]
         for c, axes in conds:
+            if axes is None and (point := _single_point(c, v)) is not None:
+                cuts.update(b for b in (point, point + 1) if 0 < b < n)  # (its own range)
+                continue
             bound = _single_bound(c, v) if axes is None else _window_bound(c, v, axes)
             if bound is not None and 0 < bound < n:
                 cuts.add(bound)
@@ -234,6 +237,17 @@ def _single_bound(c: Expr, v: Var) -> int | None:
         return None
     _, m, k = bound
     return _turn(m, k)
+
+
+def _single_point(c: Expr, v: Var) -> int | None:
+    """The one value of ``v`` where ``c`` holds, when ``c`` is ``m v + k == 0`` over
+    ``v`` alone (a replicate pad's gradient: ``select(j == 0, ...)`` for the edge)."""
+    if not (isinstance(c, Binary) and c.op == "eq" and dt.is_int(c.a.dtype)):
+        return None
+    coeffs, k = linearize(c.a - c.b)
+    if list(coeffs) != [v] or k % coeffs[v]:
+        return None
+    return -k // coeffs[v]
 
 
 def _turn(m: int, k: int) -> int:
@@ -301,10 +315,15 @@ def specialized(body: Expr, v: Var, lo: int, hi: int,
 
 
 def _constant_truth(c: Expr) -> bool | None:
-    if not (isinstance(c, Binary) and c.op in ("lt", "le") and c.a.dtype.startswith("int")):
+    if not (isinstance(c, Binary) and c.op in ("lt", "le", "eq", "ne")
+            and c.a.dtype.startswith("int")):
         return None
     iv = interval(c.b - c.a)
     if iv is None or iv[0] is None or iv[1] is None:
+        return None
+    if c.op in ("eq", "ne"):  # equal exactly when the difference is 0 throughout
+        if iv[0] == iv[1] == 0 or iv[0] > 0 or iv[1] < 0:
+            return (iv[0] == iv[1] == 0) == (c.op == "eq")
         return None
     need = 1 if c.op == "lt" else 0
     if iv[0] >= need:
