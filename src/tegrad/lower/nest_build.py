@@ -264,7 +264,7 @@ class NestBuilder(ReduceLowering):
         """``nest_facts.regions`` of ``v``, their cuts joined over ``bodies``: the guards'
         ranges, and (``windows``) for a kernel without column sums (the region loops add
         no ``columns``) the ranges where a small window's bounds are constant. An axis
-        before the last (``rows``) is split for windows only."""
+        before the last (``rows``) is split too, but not in a kernel with column sums."""
         window = 0 if self.columns or not windows else self.options.unroll
         if rows and self.columns:
             return None

