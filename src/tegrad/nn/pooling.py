@@ -8,7 +8,9 @@ that the 1d/2d/3d functions call. Inputs are ``(N, C, *spatial)`` or ``(C, *spat
     avg       y[o] = sum_r x[o s - p + r] / D(o), D = prod_d (min(o s - p + k, L + p) -
               (o s - p)) with count_include_pad, the in-bounds count without it
     adaptive  bin o of L -> O: [floor(o L / O), ceil((o + 1) L / O)), a reduction over
-              the widest bin's width with a guard (no guard where O divides L)
+              the widest bin's width with a guard (no guard where O divides L); an
+              average whose bins do not divide some axis goes one axis at a time,
+              y[o] = sum_h A[o, h] x[h] with the bin matrix A (``_separable_avg``)
 
 Padding is never materialized: the reads are masked by the reduction's ``where``, so
 out-of-range positions count as -inf for max and 0 for sums. Every index map is affine
