@@ -176,6 +176,28 @@ def test_a_gather_bounded_on_one_side_keeps_its_check():
         f(np.ones((9, 40), np.float32), np.array([1, 9] + [0] * 28))
 
 
+def test_a_gathers_check_is_made_once_per_index_and_its_row_vectorizes():
+    """An embedding ``W[ids[i], j]``: the index ``ids[i]`` is checked in the loop over
+    ``i``, once per id, not at every ``j``, so the loop over ``j`` vectorizes; a bad id
+    still raises, naming its value, and on both sides of good ones the rows are NumPy's."""
+    import numpy as np
+
+    W, ids = tg.placeholder((50, 64), "float32", "W"), tg.placeholder((30,), "int64", "ids")
+    Y = tg.nn.embedding(ids, W)
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    check, simd = text.index("err[0]"), text.index("#pragma omp simd")
+    assert check < simd and text.count("err[0] = 1") == 1, text
+    f = tg.build([W, ids], Y, target="cpu")
+    w = np.random.default_rng(2).standard_normal((50, 64)).astype(np.float32)
+    good = np.arange(30) % 50
+    np.testing.assert_array_equal(f(w, good), w[good])
+    for bad in (50, -1):
+        with pytest.raises(IndexError, match=f"got value {bad}"):
+            f(w, np.array([3] * 10 + [bad] + [4] * 19))
+    np.testing.assert_array_equal(f(w, good[::-1]), w[good[::-1]])
+
+
 def test_the_same_gather_outside_the_condition_is_checked():
     """A read clamped under a condition is not reused where no condition bounds it."""
     import numpy as np

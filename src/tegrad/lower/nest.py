@@ -274,6 +274,12 @@ class Block:
     def has_blocks(self) -> bool:
         return any(isinstance(i, Block) for i in self.items)
 
+    def checks(self) -> bool:
+        """Some gather's index is checked inside (``CheckIndex``: an error slot written, a
+        branch): not a loop to vectorize."""
+        return any(isinstance(i, CheckIndex) or isinstance(i, Block) and i.checks()
+                   for i in self.items)
+
     def straight(self) -> bool:
         """No branches and no loops inside but unrolled ones: the enclosing loop can be
         vectorized across its iterations."""

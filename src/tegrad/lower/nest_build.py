@@ -222,7 +222,7 @@ class NestBuilder(ReduceLowering):
             self.stack[-1].items.append(AddPartial(m, index, self.value(summand)))
         innermost = self.stack[-1]
         self.close(blocks)
-        if len(blocks) > 1 and innermost.straight() and not self.has_check:
+        if len(blocks) > 1 and innermost.straight() and not innermost.checks():
             innermost.vectorize = True
         if blocks:
             self._stage(blocks[0], shape, len(self.also))
@@ -302,7 +302,7 @@ class NestBuilder(ReduceLowering):
                 for k, piece in enumerate(pieces):
                     inner.items.append(Store(*store(k, [*row, w]), self.value(piece)))
                 self.close([inner])
-                if inner.straight() and not self.has_check:
+                if inner.straight() and not inner.checks():
                     inner.vectorize = True
             if rows:
                 self.close([self.stack[-1]])

@@ -124,7 +124,7 @@ class ReduceLowering(ExprLowering):
         for r, r_acc in siblings.items():
             self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
-                and not self.has_check and e.axes[-1] not in points
+                and not innermost_loop.checks() and e.axes[-1] not in points
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):

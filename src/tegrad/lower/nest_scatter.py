@@ -140,7 +140,7 @@ class ScatterNestBuilder(ReduceLowering):
         index = self.value(_flat_index(self.out_index, shape, inner))
         self.stack[-1].items.append(AddAt(0, index, self.value(self.value_expr)))
         if inner is not None:
-            chunk.vectorize = chunk.straight() and not self.has_check
+            chunk.vectorize = chunk.straight() and not chunk.checks()
             self.close([chunk])
         opened = self.stack[1:]
         self.close(opened)

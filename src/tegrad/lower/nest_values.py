@@ -36,7 +36,18 @@ from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Va
 from ..ir.traverse import children, free_vars, walk, with_children
 from ..options import Options
 from .cost import reduction_width
-from .nest import Assign, Block, BufferStore, CheckIndex, Declare, Gather, Guard, Let
+from .nest import (
+    Assign,
+    Block,
+    BufferStore,
+    CheckIndex,
+    Declare,
+    FlatLoop,
+    Gather,
+    Guard,
+    Let,
+    Loop,
+)
 from .nest_facts import condition_bounds, eager, index_in_bounds, reads_in_bounds, widened
 from .nest_forms import Apply, BufferLoad, Choose, IndexTerm, Lit, Load, Operand, Ref
 
@@ -50,7 +61,6 @@ class ExprLowering:
         self.args = args  # the kernel's arguments: outputs first, then each tensor read
         self.options = options
         self.gathers: list[Gather] = []
-        self.has_check = False  # some read's index is checked: no loop vectorizes
         self.vars: dict = {}  # variable -> its name
         self.bound: dict = {}  # prefix -> variables named so far
         self.counter = 0
@@ -199,14 +209,34 @@ class ExprLowering:
             elif not is_pure_index(index):
                 checked = self.fresh("ix")
                 self.gathers.append(Gather(e.tensor.name, axis, repr(index), shape[axis]))
-                self.has_check = True
-                self.stack[-1].items.append(
+                self._check_block(index).items.append(
                     CheckIndex(checked, ix, shape[axis], len(self.gathers)))
                 ix = Ref(checked)
             elif self.clamping and not index_in_bounds(index, shape[axis]):
                 clamp = shape[axis] - 1
             terms.append(IndexTerm(ix, math.prod(shape[axis + 1:]), clamp))
         return self.emit(e, Load(self.arg(e.tensor), tuple(terms)))
+
+    def _check_block(self, index: Expr) -> Block:
+        """Where a gather's index is checked: in the block that computes the index (a
+        scan step's time row ``X[i, t]``, an embedding's ``W[ids[i], j]``: once, not at
+        every point of the loops inside, which then stay branch-free), when every block
+        between is a loop of constant, positive trip count, so the check runs exactly
+        where the read does; else here."""
+        hit = self.memo.get(index)
+        depth = next((k for k, b in enumerate(self.stack) if hit and b is hit[1]), None)
+        if depth is None:
+            return self.stack[-1]
+        for b in self.stack[depth + 1:]:
+            if isinstance(b, Loop):
+                counted = isinstance(b.lo, int) and isinstance(b.hi, int) and b.hi > b.lo
+            elif isinstance(b, FlatLoop):
+                counted = all(isinstance(n, int) and n > 0 for _, n, _ in b.vars)
+            else:
+                counted = False
+            if not counted or b.barrier:
+                return self.stack[-1]
+        return self.stack[depth]
 
     # selects ------------------------------------------------------------------------------
 
