@@ -892,6 +892,26 @@ def test_quick_paths_give_numpys_values_and_hit_the_cache():
         np.testing.assert_allclose(tg.nn.leaky_relu(x, static).numpy(), [-2.0 * static, 1, 3])
 
 
+def test_operators_and_nn_calls_find_their_template_without_apply(monkeypatch):
+    """A binary operator and a one-Variable ``tg.nn`` call build ``apply``'s quick key
+    themselves: once the template exists, they must find it under that same key, not
+    fall back to the general key or ``apply`` (which would still answer, only slower)."""
+    import tegrad.eager
+    import tegrad.eager.variable as variable
+
+    a, b = tg.Variable(np.ones((3, 2))), tg.Variable(np.full((3, 2), 2.0))
+    calls = [lambda: a + b, lambda: a * b, lambda: tg.nn.relu(a), lambda: tg.exp(b)]
+    want = [c().numpy() for c in calls]  # (traced and filed under their quick keys)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the quick path fell back to apply")
+    monkeypatch.setattr(variable, "apply", refused)
+    monkeypatch.setattr(tegrad.eager, "apply", refused)
+    monkeypatch.setattr(tegrad.eager, "quick_key", refused)
+    for c, w in zip(calls, want, strict=True):
+        np.testing.assert_array_equal(c().numpy(), w)
+
+
 def test_quick_path_raises_a_gathers_index_error():
     table = tg.Variable(np.arange(12.0).reshape(4, 3))
     ids = tg.Variable(np.array([0, 3, 1]))
