@@ -884,6 +884,42 @@ def test_a_program_runs_on_openblas_when_told():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
+def _exp_inputs(dtype: str) -> np.ndarray:
+    """Every binade exp reaches, densely, with the ends of its range and its specials."""
+    info = np.finfo(dtype)
+    top = np.log(info.max.astype(np.float64))
+    bottom = np.log(float(info.smallest_subnormal)) - 1
+    rng = np.random.default_rng(3)
+    dense = np.concatenate([rng.uniform(bottom - 5, top + 5, 200_000),
+                            rng.uniform(-1, 1, 50_000), rng.standard_normal(50_000) * 1e-6])
+    edges = [top, bottom, np.log(float(info.tiny)), np.log(2) / 2, 0.0, -0.0]
+    edges = np.array(edges, dtype).astype(np.float64)
+    near = [np.nextafter(e, d) for e in edges.astype(dtype) for d in (-np.inf, np.inf)]
+    special = [np.nan, np.inf, -np.inf, info.max, -info.max]
+    return np.concatenate([dense, edges, np.array(near, np.float64), special]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_exp_is_within_one_ulp_of_the_correctly_rounded_value(dtype):
+    """The C target's own ``exp`` (``backends/c/c_ops._EXP``: a polynomial, no libmvec, whose
+    vector exp is ten times slower when one lane underflows) against exp in higher precision
+    rounded once to ``dtype``: at most one unit in the last place apart over every binade,
+    subnormal results included; NaN, inf, overflow and underflow as NumPy gives them."""
+    x = _exp_inputs(dtype)
+    X = tg.placeholder(x.shape, dtype, "X")
+    got = tg.build([X], tg.compute(x.shape, lambda i: tg.exp(X[i]), "e"), target="cpu")(x)
+    wider = np.float64 if dtype == "float32" else np.longdouble
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(wider)).astype(dtype)
+    assert np.array_equal(np.isnan(got), np.isnan(x))
+    finite = ~np.isnan(x)
+    bits = np.int32 if dtype == "float32" else np.int64
+    apart = np.abs(got[finite].view(bits).astype(np.int64) - want[finite].view(bits))
+    assert apart.max() <= 1, x[finite][np.argmax(apart)]
+    assert np.array_equal(got[np.isinf(want)], want[np.isinf(want)])
+    assert (got[want == 0] == 0).all() and (got[x == 0] == 1).all()
+
+
 @pytest.mark.parametrize("kind", ["max", "min", "argmax", "argmin"])
 def test_extreme_reductions_propagate_nan_like_numpy(kind):
     X = tg.placeholder((5, 40), "float32", "X")
