@@ -51,6 +51,7 @@ from ..ir.traverse import (
 )
 from ..options import Options
 from .contraction import Contraction as ContractionForm
+from .contraction import Factor, Piece
 from .cost import reduction_width
 from .kernels import Contraction, General, Plan, ScanKernel
 from .nest_facts import column_order, reads_in_bounds
@@ -58,6 +59,8 @@ from .residue import unrolled_axes, unrolled_bodies
 
 CHEAP_NODES = 6
 BLAS_MIN_MACS = 1 << 14
+GEMV_MIN_RUN = 16  # points: a reduced variable long enough to stream (see worth_blas)
+GEMV_MIN_SIDE = 64  # the reduction's and the owner's output points of a matrix-vector product
 
 
 def fuse(p: Plan, options: Options) -> Plan:
@@ -152,20 +155,47 @@ def _exact(body: Expr) -> bool:
 def worth_blas(c: ContractionForm) -> bool:
     """True when some piece is a matrix product big enough for BLAS: two factors sharing
     a reduced variable, each with an output variable of its own (M and N), and at least
-    ``BLAS_MIN_MACS`` multiply-adds. A row sum, a per-row dot product (``sum_k dY[i, k]
-    Y[i, k]``: no N) or a small product runs better as a fused loop."""
+    ``BLAS_MIN_MACS`` multiply-adds; or such a product with one owner (M = 1) whose loop
+    would read badly (``_strided_matrix_vector``). A row sum, a per-row dot product
+    (``sum_k dY[i, k] Y[i, k]``: no N) or a small product runs better as a fused loop."""
     for piece in c.pieces:
         if len(piece.factors) < 2:
             continue
         used = [{v for coeffs, _ in f.index for v, _ in coeffs} for f in piece.factors]
         outs = set(piece.out_vars)
-        owners = {k for k, vs in enumerate(used) for v in vs & outs
-                  if sum(v in w for w in used) == 1}
+        owners = [k for k, vs in enumerate(used)
+                  if any(sum(v in w for w in used) == 1 for v in vs & outs)]
         shared = any(sum(v in w for w in used) >= 2 for v in piece.red_vars)
         macs = math.prod(hi - lo + 1 for _, lo, hi in piece.ranges)
-        if len(owners) >= 2 and shared and macs >= BLAS_MIN_MACS:
+        if not shared or macs < BLAS_MIN_MACS:
+            continue
+        if len(owners) >= 2:
+            return True
+        if owners and _strided_matrix_vector(piece, piece.factors[owners[0]], used[owners[0]]):
             return True
     return False
+
+
+def _strided_matrix_vector(piece: Piece, owner: Factor, owned: set) -> bool:
+    """``sum_{c, t} A[.., c, .., s t + j] v[c, t]`` with one factor ``A`` owning the output
+    variables: True when the reduction has a variable ``c`` of ``GEMV_MIN_RUN`` or more
+    points off ``A``'s innermost index, while the innermost index moves with a reduced
+    variable ``t`` only in short or strided steps. The fused loop, a reduction per output
+    point, then reads ``A`` with a stride in every order (a grouped transposed convolution
+    with one output channel per group: 68 channels 13,872 floats apart under 2 taps
+    at stride 2), where BLAS's matrix-vector product streams it. A column of unit steps
+    (``sum_i H[i] A[i, k]``, ``t`` absent) or a long unit run (``sum_k A[i, k] v[k]``)
+    stays a loop; a window alone (a depthwise convolution's taps, no ``c``) too."""
+    extent = {v: hi - lo + 1 for v, lo, hi in piece.ranges}
+    reduced = set(piece.red_vars)
+    innermost = owner.index[-1][0]
+    steps = [(v, c) for v, c in innermost if v in reduced]
+    if not steps or any(abs(c) == 1 and extent[v] >= GEMV_MIN_RUN for v, c in steps):
+        return False
+    inner = {v for v, _ in innermost}
+    across = [v for v in reduced & owned - inner if extent[v] >= GEMV_MIN_RUN]
+    return (bool(across) and math.prod(extent[v] for v in reduced) >= GEMV_MIN_SIDE
+            and math.prod(extent[v] for v in owned & set(piece.out_vars)) >= GEMV_MIN_SIDE)
 
 
 def inline(body: Expr, producer: Compute, source: Compute) -> Expr:

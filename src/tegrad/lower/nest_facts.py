@@ -38,6 +38,7 @@ from ..ir.expr import (
 )
 from ..ir.traverse import (
     children,
+    free_vars,
     substitute,
     transform,
     walk,
@@ -84,11 +85,21 @@ def stride_ordered(body: Expr) -> Expr:
     contiguously. A group norm's input gradient sums ``H[n, 2 g + rho, y, x]`` over
     ``(y, x, rho)`` (the residue ``rho`` of its scatter-to-gather comes last): over
     ``(rho, y, x)`` the inner loop is 56 contiguous floats, not 2 at a stride of 3136.
-    (An argmax's ties, a custom combiner's order and a ``where``'s bounds depend on the
-    order: those are left as they are.)"""
+    A ``where`` whose every conjunct names at most one of the axes (a transposed
+    convolution's weight gradient: each output axis bounded and its residue tested on its
+    own) bounds each loop alike in any order, so its axes are ordered too: over
+    ``(h, w)`` rather than ``(w, h)`` the inner loop of that gradient reads 136
+    contiguous floats, not 101 at a stride of 272. (An argmax's ties, a custom
+    combiner's order and a ``where`` coupling two axes, whose bounds then depend on the
+    order, are left as they are.)"""
+    def independent(e: Reduce) -> bool:
+        own = frozenset(e.axes)
+        return e.where is None or all(len(free_vars(c) & own) <= 1
+                                      for c in split_conjunction(e.where))
+
     def reorder(e: Expr) -> Expr | None:
-        if not (isinstance(e, Reduce) and len(e.axes) > 1 and e.where is None
-                and e.combiner.kind in ORDERED_KINDS):
+        if not (isinstance(e, Reduce) and len(e.axes) > 1
+                and e.combiner.kind in ORDERED_KINDS and independent(e)):
             return None
         longest = dict.fromkeys(e.axes, 0)
         for x in walk(e.source):
