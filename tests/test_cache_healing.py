@@ -42,7 +42,8 @@ needs_gcc = pytest.mark.skipif(compiler.compiler() is None, reason="no C compile
 F64 = "float64"
 
 # Prints the values of a small program built on the cpu target, the warnings of its build
-# and the file name of its library (the one library loaded after the helpers').
+# and the file name of its library (the one library loaded after the helpers' and the call
+# extension's).
 BUILD = textwrap.dedent("""
     import json, os, sys, time, warnings
     import numpy as np
@@ -51,13 +52,13 @@ BUILD = textwrap.dedent("""
         warnings.simplefilter("always")
         import tegrad as tg
         from tegrad.backends.cpu import compiler
-        from tegrad.backends.cpu.kernel_call import copy_helper, gemm_helper
+        from tegrad.backends.cpu.kernel_call import copy_helper, extension, gemm_helper
 
         if len(sys.argv) > 1:  # ready file, go file: start with the other processes
             open(sys.argv[1], "w").close()
             while not os.path.exists(sys.argv[2]):
                 time.sleep(0.002)
-        copy_helper(), gemm_helper()
+        copy_helper(), gemm_helper(), extension()
         before = set(compiler._LOADED)
         x, h = tg.placeholder((4,), "float64", "x"), tg.placeholder((4,), "float64", "h")
         y = tg.compute((4,), lambda i: tg.sin(x[i]) * 2.0, name="y")

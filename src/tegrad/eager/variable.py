@@ -389,9 +389,11 @@ def quick_key(fn, args: tuple, kwargs: dict) -> tuple[tuple | None, list]:
     leaves: list = []
     items = args
     if kwargs:
-        items = list(args)
-        for name in sorted(kwargs):
-            items += (_KEYWORDS, name, kwargs[name])
+        items = [*args]
+        for name in kwargs if len(kwargs) == 1 else sorted(kwargs):
+            items.append(_KEYWORDS)
+            items.append(name)
+            items.append(kwargs[name])
     for a in items:
         kind = type(a)
         if kind is Variable:

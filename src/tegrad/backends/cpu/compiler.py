@@ -83,11 +83,12 @@ def library_key(source: str) -> str:
     return hashlib.sha256((_toolchain_id() + "\n" + source).encode()).hexdigest()[:32]
 
 
-def load(source: str, units: list[str] | None = None) -> ctypes.CDLL:
+def load(source: str, units: list[str] | None = None, flags: tuple = ()) -> ctypes.CDLL:
     """The shared library of ``source``: from this process, the disk cache, or gcc.
     ``units``, when given, are translation units whose concatenation is ``source`` less
-    their shared ``prelude`` (``_compile``)."""
-    key = library_key(source)
+    their shared ``prelude`` (``_compile``); ``flags`` are gcc's after ``FLAGS`` (include
+    folders: the key hashes them too)."""
+    key = library_key(source + "".join(f"\n{flag}" for flag in flags))
     lib = _LOADED.get(key)
     if lib is not None:
         return lib
@@ -97,7 +98,7 @@ def load(source: str, units: list[str] | None = None) -> ctypes.CDLL:
         folder = writable_cache_root() / KERNELS
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
-        _compile(units or [source], path, source)
+        _compile(units or [source], path, source, flags)
         _DAMAGED.discard(cache_root() / KERNELS / name)
         try:
             lib = ctypes.CDLL(str(path))
@@ -153,7 +154,7 @@ def bind(lib: ctypes.CDLL, name: str, argtypes: list):
     return fn
 
 
-def _compile(units: list[str], path: Path, source: str) -> None:
+def _compile(units: list[str], path: Path, source: str, flags: tuple = ()) -> None:
     """Build ``path`` from the translation units, compiled at once (one gcc per unit,
     concurrently: a program's kernels split over the cores) and linked."""
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=".build-") as tmp:
@@ -161,14 +162,14 @@ def _compile(units: list[str], path: Path, source: str) -> None:
         if len(units) == 1:
             c_file = Path(tmp) / "kernels.c"
             c_file.write_text(units[0])
-            runs = [[compiler(), *FLAGS, str(c_file), "-o", str(out), *LIBS]]
+            runs = [[compiler(), *FLAGS, *flags, str(c_file), "-o", str(out), *LIBS]]
         else:
             objects = [Path(tmp) / f"unit{k}.o" for k in range(len(units))]
             runs = []
             for k, (unit, obj) in enumerate(zip(units, objects, strict=True)):
                 c_file = Path(tmp) / f"unit{k}.c"
                 c_file.write_text(unit)
-                runs.append([compiler(), *FLAGS, "-c", str(c_file), "-o", str(obj)])
+                runs.append([compiler(), *FLAGS, *flags, "-c", str(c_file), "-o", str(obj)])
         STATS["gcc runs"] += len(runs) + (len(units) > 1)
         started = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True) for cmd in runs]

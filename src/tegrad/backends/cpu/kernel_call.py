@@ -19,6 +19,7 @@ from ...ir.tensor import Tensor
 from ...options import cores
 from . import kernel_cache
 from .buffers import BufferPool
+from .call_extension import MAX_ARRAYS, extension, layout
 from .compiler import bind
 from .copy import helper as copy_helper
 from .gemm import helper as gemm_helper
@@ -57,9 +58,11 @@ class Library:
         self.libraries: dict = {}  # kernel key -> library
 
     def load(self) -> None:
-        # the product and copy helpers are built (on a first run: cached after) meanwhile
-        with ThreadPoolExecutor(max_workers=2) as side:
-            helpers = [side.submit(_build_quietly, build) for build in (copy_helper, gemm_helper)]
+        # the product and copy helpers and the call extension are built (on a first run:
+        # cached after) meanwhile
+        with ThreadPoolExecutor(max_workers=3) as side:
+            helpers = [side.submit(_build_quietly, build)
+                       for build in (copy_helper, gemm_helper, extension)]
             self.libraries = kernel_cache.functions(self.sources, compile_jobs())
             for job in helpers:
                 job.result()
@@ -101,6 +104,7 @@ class CompiledKernel:
         self.pointers = ctypes.c_void_p * len(src.args)
         self.err = (ctypes.c_long * 2)()
         self.err_address = ctypes.addressof(self.err)
+        self.run = self.address = self.layout = None  # the C call (call_extension.py)
 
     def __call__(self, arrays: dict, pool: BufferPool | None = None) -> np.ndarray:
         return self.call([arrays[a] for a, _, _ in self.reads], arrays, pool)
@@ -118,6 +122,11 @@ class CompiledKernel:
         for u, shape, dtype in self.written:
             arrays[u] = pool.take(shape, dtype) if pool is not None else np.empty(shape, dtype)
             held.append(arrays[u])
+        if self.run is not None and self.run(self.address, self.err_address, self.threads,
+                                             self.layout, *held, *reads) is None:
+            if self.err[0]:
+                self.raise_error()
+            return out
         for arr, (_, dtype, strides) in zip(reads, self.reads, strict=True):
             if (type(arr) is not np.ndarray or arr.dtype is not dtype
                     or arr.strides != strides):  # (a copy if not a C-order array)
@@ -143,9 +152,18 @@ class CompiledKernel:
         reads = [(k, d, strides) for k, (_, d, strides) in zip(positions, self.reads,
                                                                  strict=True)]
         empty, ndarray, address = np.empty, np.ndarray, data_address
+        c_run, c_args = self.run, (self.address, self.err_address, threads, self.layout)
+        count = len(positions)
+        in_order = positions == list(range(count))
 
         def run(arrays) -> list[np.ndarray]:
             out = empty(shape, dtype)
+            if c_run is not None and c_run(
+                    *c_args, out, *(arrays if in_order and len(arrays) == count
+                                    else [arrays[k] for k in positions])) is None:
+                if err[0]:
+                    self.raise_error()
+                return [out]
             held, copies = [address(out)], []
             for k, d, strides in reads:
                 a = arrays[k]
@@ -165,6 +183,11 @@ class CompiledKernel:
         if self.fn is None:
             self.fn = self.unit.function(self.src.name,
                                          [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int])
+            module = extension() if len(self.src.args) <= MAX_ARRAYS else None
+            if module is not None:
+                self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
+                self.layout = layout(self.src.outputs, [(d, s) for _, d, s in self.reads])
+                self.run = module.run
         return self.fn
 
     def raise_error(self) -> None:
