@@ -8,7 +8,8 @@ floats) is little else. ``run`` makes the same call from C::
     run(fn, err, threads, layout, *arrays) -> None (it ran) | False (nothing ran)
 
 with ``fn`` and ``err`` addresses and ``layout`` the bytes of C longs: the count of
-leading arrays that are the kernel's own outputs (allocated by the caller, not checked),
+leading arrays that are the kernel's own outputs (allocated by the caller: only checked to
+be ndarrays),
 then per read its NumPy type number, its ndim and its strides in bytes. A read that is not
 an ndarray of that type in native byte order with exactly those strides makes ``run``
 return False before the kernel runs, and the caller converts it (``kernel_call.py``). The
@@ -55,13 +56,7 @@ static PyObject *tg_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   long outputs = *layout++;
   for (Py_ssize_t k = 4; k < nargs; k++) {
     PyObject *o = args[k];
-    if (!PyArray_CheckExact(o)) {
-      if (k - 4 < outputs) {
-        PyErr_SetString(PyExc_TypeError, "run: an output is not an ndarray");
-        return NULL;
-      }
-      Py_RETURN_FALSE;
-    }
+    if (!PyArray_CheckExact(o)) Py_RETURN_FALSE;
     PyArrayObject *a = (PyArrayObject *)o;
     if (k - 4 >= outputs) {
       if (layout + 2 > end || PyArray_TYPE(a) != layout[0] || PyArray_NDIM(a) != layout[1]
