@@ -143,10 +143,16 @@ def column_order(body: Expr, axes, shape) -> bool:
     return both
 
 
-def eager(e: Expr) -> bool:
+def eager(e: Expr, axes: frozenset | None = None) -> bool:
     """True when ``e`` may be evaluated whatever guards it sits under: no reduction, and
-    every read in bounds over the full ranges of its variables."""
-    return not any(isinstance(x, Reduce) for x in walk(e)) and reads_in_bounds(e)
+    every read in bounds over the full ranges of its variables. Inside the loops of a
+    reduction over ``axes``, a reduction over none of them counts as a value: the loop
+    nest computes it once outside those loops (``ExprLowering.place``). An adaptive max
+    pool's tie count, ``sum_r [x(r) == max_k x(k)]``, then masks its window's edges in a
+    vectorized loop rather than branching on them."""
+    return (all(not isinstance(x, Reduce) or (axes is not None and not free_vars(x) & axes)
+                for x in walk(e))
+            and reads_in_bounds(e))
 
 
 def reads_in_bounds(e: Expr) -> bool:

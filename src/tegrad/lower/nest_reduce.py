@@ -77,8 +77,9 @@ class ReduceLowering(ExprLowering):
             used = [k for k, a in enumerate(e.axes) if a in free_vars(c)]
             deepest[c] = used[-1] if used else -1
         last = len(e.axes) - 1
-        predicate = (kind in ("sum", "prod", "max", "min") and eager(e.source)
-                     and all(eager(c) for c in rest))
+        own = frozenset(e.axes)
+        predicate = (kind in ("sum", "prod", "max", "min") and eager(e.source, own)
+                     and all(eager(c, own) for c in rest))
         opened: list[Block] = []
 
         def guard(conds):
