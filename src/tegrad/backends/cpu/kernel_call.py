@@ -85,7 +85,9 @@ class CompiledKernel:
     """A general kernel's compiled function, called on the arrays it reads. The call is
     made once per kernel and per scan step, so it does little: each read is checked
     against the dtype (an interned ``np.dtype``) and C-order strides it is compiled for,
-    a small output is not pooled, and the error slots are a ctypes array."""
+    a small output is not pooled, and the error slots are a ctypes array. Where the call
+    extension is built (``call_extension.py``) the checks and the call are made in C; a
+    read it refuses takes the conversion and the ctypes call."""
 
     def __init__(self, src: KernelText, unit: Library, threads: int, min_bytes: int):
         self.src = src
