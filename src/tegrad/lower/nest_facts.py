@@ -146,7 +146,7 @@ def column_order(body: Expr, axes, shape) -> bool:
 def eager(e: Expr, axes: frozenset | None = None) -> bool:
     """True when ``e`` may be evaluated whatever guards it sits under: no reduction, and
     every read in bounds over the full ranges of its variables. Inside the loops of a
-    reduction over ``axes``, a reduction over none of them counts as a value: the loop
+    reduction over ``axes`` (given), a reduction over none of them counts as a value: the loop
     nest computes it once outside those loops (``ExprLowering.place``). An adaptive max
     pool's tie count, ``sum_r [x(r) == max_k x(k)]``, then masks its window's edges in a
     vectorized loop rather than branching on them."""

@@ -9,11 +9,11 @@ floats) is little else. ``run`` makes the same call from C::
 
 with ``fn`` and ``err`` addresses and ``layout`` the bytes of C longs: the count of
 leading arrays that are the kernel's own outputs (allocated by the caller: only checked to
-be ndarrays),
-then per read its NumPy type number, its ndim and its strides in bytes. A read that is not
-an ndarray of that type in native byte order with exactly those strides makes ``run``
-return False before the kernel runs, and the caller converts it (``kernel_call.py``). The
-kernel runs with the GIL released, as a ctypes call does.
+be ndarrays), then per read its NumPy type number, its ndim and its strides in bytes. A
+read that is not an ndarray of that type in native byte order with exactly those strides
+(or an output that is not an ndarray) makes ``run`` return False before the kernel runs,
+and the caller converts it (``kernel_call.py``). The kernel runs with the GIL released,
+as a ctypes call does.
 
 It is built once per Python, NumPy and processor, like the kernels (``compiler.load``:
 the disk cache), with Python's and NumPy's include folders. Where it cannot be built
