@@ -388,26 +388,35 @@ def test_max_pool_gradient_runs_window_by_window():
 
 
 def test_a_tie_count_masks_the_edges_of_its_windows():
-    """An adaptive max pool's bins of 12 or 13 points (56 -> 5) are counted for ties in
-    the forward kernel, ``sum_r [x(r) == max_k x(k)]`` under the bin's bound: the max is
-    computed once outside the count's loops (``nest_facts.eager``'s ``axes``), so the
-    bound is a mask in a vectorized loop, not a branch. Values with ties (integer inputs)
-    are the reference's, where ties share the gradient equally."""
-    X = tg.placeholder((2, 3, 56, 56), "float32", "X")
+    """An adaptive max pool's bins of 12 or 13 points (56 -> 5) are counted for ties,
+    ``sum_r [x(r) == max_k x(k)]`` under the bin's bound. With regions (the bins' starts
+    are ``(56 i) // 5``: ``nest_facts.regions`` cuts the axis at each), every bin has
+    constant bounds: the count's loops are vectorized with no branch. Without them, the
+    count is in the forward kernel and the max computed once outside its loops
+    (``nest_facts.eager``'s ``axes``), so the bound is a mask in a vectorized loop, not a
+    branch. Values with ties (integer inputs) are the reference's, where ties share the
+    gradient equally."""
+    X = tg.placeholder((4, 4, 56, 56), "float32", "X")  # (16 planes: rows are looped)
     Y = tg.nn.adaptive_max_pool2d(X, 5)
     H = tg.placeholder(Y.shape, "float32", "H")
     outputs = [Y, *tg.gradient(Y, [X], H)]
-    f = tg.build([X, H], outputs, target="cpu")
-    counting = [s.src.text for s in f.program.steps
-                if "(-INFINITY)" in s.src.text and "acc1 +=" in s.src.text]
-    assert counting and re.search(r"#pragma omp simd reduction\(\+:acc\d+\)\n\s*for",
-                                  counting[0])
-    assert re.search(r"acc\d+ \+= t\d+ \? t\d+ : 0;", counting[0])
     rng = np.random.default_rng(5)
     x = rng.integers(0, 3, X.shape).astype(np.float32)  # ties in every bin
     h = rng.standard_normal(H.shape).astype(np.float32)
-    assert_agree(f(x, h), tg.build([X, H], outputs, target="numpy")(x, h), "adaptive max",
-                 rtol=1e-6)
+    want = tg.build([X, H], outputs, target="numpy")(x, h)
+    base = tg.Options.from_environment()
+    for options in (base, base.replace(max_regions=0)):
+        f = tg.build([X, H], outputs, target="cpu", options=options)
+        counting = [s.src.text for s in f.program.steps  # (a kernel of Y's shape)
+                    if s.src.tensor.shape == Y.shape and " == " in s.src.text]
+        assert counting and re.search(r"#pragma omp simd reduction\(\+:acc\d+\)\n\s*for",
+                                      counting[0])
+        if options.max_regions:
+            assert "if (" not in counting[0] and " / ((int32_t)5)" not in counting[0]
+        else:
+            assert "(-INFINITY)" in counting[0]
+            assert re.search(r"acc\d+ \+= t\d+ \? t\d+ : 0;", counting[0])
+        assert_agree(f(x, h), want, "adaptive max", rtol=1e-6)
 
 
 def test_a_kernel_read_at_its_own_point_joins_its_reader():

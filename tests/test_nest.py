@@ -294,6 +294,12 @@ def _windows():
     cases += [("avg_pool k3 s2 p1 no pad count",
                lambda x: tg.nn.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
                lambda F, x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), None)]
+    # bins that start at ``(n i) // m`` and overlap (cut at each bin: _quotient_cuts)
+    cases += [(f"adaptive {kind} to {out}",
+               lambda x, kind=kind, out=out: getattr(tg.nn, f"adaptive_{kind}_pool2d")(x, out),
+               lambda F, x, kind=kind, out=out: getattr(F, f"adaptive_{kind}_pool2d")(x, out),
+               None)
+              for kind, out in [("max", (2, 3)), ("max", 4), ("avg", (3, 2)), ("avg", 5)]]
     return cases
 
 
@@ -341,6 +347,97 @@ def test_windows_split_by_region_agree_with_torch(case, size):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
         for a, b in zip(f(*ties, h), reference, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_an_axis_read_under_a_quotient_is_cut_at_each_block():
+    """An adaptive max pool's gradient over 56 columns with 5 outputs reads its bins'
+    values at ``[j // 11]`` and tests ``j % 11``: the axis is cut where ``j // 11``
+    changes, and after each block's first column (in two bins), so that on every range
+    the quotient is a constant and no ``//`` or ``%`` is left; the forward's bins start
+    at ``(56 i) // 5``, a cut at every output. With ``max_regions`` 2, too many."""
+    from tegrad.ir.expr import Binary
+    from tegrad.ir.traverse import walk
+    from tegrad.lower.nest_facts import regions, specialized
+
+    X = tg.placeholder((2, 3, 56, 56), "float64", "X")
+    Y = tg.nn.adaptive_max_pool2d(X, 5)
+    (dX,) = tg.gradient(Y, [X], tg.placeholder(Y.shape, "float64", "H"))
+    (t,) = [k for k, _, _, _ in _general([dX]) if k.shape == X.shape]
+    j = t.axes[-1]
+    edges = [0, 1, 11, 12, 22, 23, 33, 34, 44, 45, 55, 56]
+    assert regions(t.body, j, 56, 8, 16) == list(zip(edges[:-1], edges[1:], strict=True))
+    assert regions(t.body, j, 56, 2, 16) is None
+
+    def divides(e):
+        return any(isinstance(x, Binary) and x.op in ("floordiv", "floormod") and j.name
+                   in str(x) for x in walk(e))
+    assert divides(t.body)
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        assert not divides(specialized(t.body, j, lo, hi)[1]), (lo, hi)
+    (y,) = [k for k, _, _, _ in _general([Y]) if k.shape == Y.shape][:1]
+    assert regions(y.body, y.axes[-1], 5, 8) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+
+
+@pytest.mark.parametrize("groups", [4, 16], ids=["12 per group", "3 per group"])
+def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
+    """A group norm of 48 channels in 4 groups reads its group's statistics at ``c //
+    12``: the channel axis runs as two loops, group ``q`` and channel ``r`` in it
+    (``c = 12 q + r``), the statistics computed once per group above the loop over
+    ``r`` and the innermost loop vectorized; 3 channels per group are unrolled as residue
+    classes (``LOOPED_RESIDUES``). Both agree with torch in float64."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 48, 5, 8), "float64", "X")
+    Y = tg.nn.group_norm(X, groups)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    outputs = [Y, *tg.gradient(Y, [X], H)]
+    texts = [KernelSource(t, b, "k0", a, c, options=Options()).text
+             for t, b, a, c in _general(outputs)]
+    looped = [t for t in texts if re.search(r"for \(int i\d+ = 0; i\d+ < 12; i\d+\+\+\)", t)]
+    if groups == 4:
+        assert len(looped) == len(texts) == 2
+        assert all(re.search(r"#pragma omp simd\n\s*for", t) for t in looped)
+    else:
+        assert not looped
+    rng = np.random.default_rng(groups)
+    x, h = rng.standard_normal(X.shape), rng.standard_normal(X.shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch.nn.functional.group_norm(tx, groups)
+    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    got = tg.build([X, H], outputs, target="cpu")(x, h)
+    for a, b in zip(got, [ty.detach().numpy(), tdx.numpy()], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+# strided reads: no gathers, transposes in residue classes -------------------------------
+
+
+def test_a_read_far_apart_along_a_loop_is_not_vectorized_over_it():
+    """``lower/strides.py``: a read 1024 elements apart per step of ``i`` would be
+    gathered by a vectorized loop over ``i``; one 2 apart would not."""
+    from tegrad.lower.strides import gathers_along
+
+    X = tg.placeholder((64, 1024), "float32", "X")
+    i, j = tg.ir.expr.Var.fresh("i", 0, 64), tg.ir.expr.Var.fresh("j", 0, 512)
+    assert gathers_along(X[i, j], i) and not gathers_along(X[i, j], j)
+    assert not gathers_along(X[i, 2 * j + 1], j)
+    assert gathers_along(X[0, 9 * j], j)
+
+
+@pytest.mark.parametrize("rows", [1024, 1020], ids=["tiled", "untiled"])
+def test_a_transposing_kernel_reads_each_line_for_eight_elements(rows):
+    """``Y[i, j] = 2 X[j, i]`` reads ``X`` 1024 floats apart along its inner loop ``j``
+    (``rows`` 1024): the loop is not vectorized (a gather) and ``i`` runs by residue
+    classes of 8 (``strides.transposing``), so each line read gives 8 consecutive
+    elements; where 8 does not divide ``i``'s range (1020), plainly. Values are NumPy's."""
+    X = tg.placeholder((64, rows), "float32", "X")
+    Y = tg.compute((rows, 64), lambda i, j: X[j, i] * 2.0, name="Y")
+    (text,) = [KernelSource(t, b, "k0", a, c, options=Options()).text for t, b, a, c in
+               _general([Y])]
+    assert "#pragma omp simd" not in text
+    assert ("(8L * i0 + 7L)" in text) == (rows == 1024), text
+    x = np.random.default_rng(0).standard_normal((64, rows)).astype(np.float32)
+    (y,) = tg.build([X], [Y], target="cpu")(x)
+    np.testing.assert_array_equal(y, 2 * x.T)
 
 
 # guards: a point guard's own range, and rows split by guards ---------------------------

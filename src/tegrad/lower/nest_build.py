@@ -21,7 +21,11 @@ with those guards folded (``nest_facts.regions``, at most ``Options.max_regions`
 
 **Residue classes.** Axes read under ``// n`` (a max pool's gradient reads its window's
 maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
-residue class (``lower/residue.unrolled_axes``): the window's values are shared.
+residue class (``lower/residue.unrolled_axes``): the window's values are shared. An
+axis before the last with ``LOOPED_RESIDUES`` or more classes (a group norm of 12
+channels per group reads its statistics at ``[c // 12]``) is two loops instead, ``c = 12
+q + r`` (``_residue_axes``): what depends on ``q`` alone is computed once above the
+loop over ``r``, and the merged loop stops before ``r``.
 
 **Row caches.** An expensive value a row reduction computes and the output loop needs
 again is kept in a row buffer (``row_cache.py``, ``_row_buffers``).
@@ -47,9 +51,10 @@ import math
 
 import numpy as np
 
+from ..ir.affine import build
 from ..ir.expr import Expr, Reduce, Var
 from ..ir.tensor import Compute
-from ..ir.traverse import free_vars, walk
+from ..ir.traverse import free_vars, substitute, walk
 from ..options import Options
 from .kernels import General
 from .nest import (
@@ -73,6 +78,7 @@ from .nest import (
 )
 from .nest_facts import (
     column_order,
+    region_limit,
     regions,
     specialized,
     stride_ordered,
@@ -81,9 +87,11 @@ from .nest_facts import (
 )
 from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
 from .nest_reduce import ReduceLowering, accumulate
-from .residue import unrolled_axes, unrolled_bodies
+from .residue import normalize, unrolled_axes, unrolled_bodies
 from .row_cache import row_caches
+from .strides import gathers_along, transposing
 
+LOOPED_RESIDUES = 8  # residue classes of an axis before the last: looped, not unrolled
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
@@ -192,13 +200,22 @@ class NestBuilder(ReduceLowering):
     def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         """Output axes outermost, in order; the body evaluated at each point."""
         residues = unrolled_axes(body, axes) if len(axes) > 1 else {}
+        looped = {v: n for v, n in residues.items()  # (not a transposing read's tiles)
+                  if v is not axes[-1] and n >= LOOPED_RESIDUES
+                  and residues != transposing(body, axes)}
+        nested = 1  # (the loops kept out of the merged one: a looped residue's and after)
+        if looped and not self.also and not self.columns:
+            first = min(axes.index(v) for v in looped)
+            body, axes, shape = _residue_axes(body, axes, shape, looped)
+            residues = unrolled_axes(body, axes)
+            nested = len(axes) - first - 1
         if residues:
-            self._residue_nest(body, axes, shape, parallel, residues)
+            self._residue_nest(body, axes, shape, parallel, residues, nested)
             return
         bodies = [body, *(unshadow(other, frozenset(axes)) for _, other in self.also)]
         targets = [0, *(self.arg(tensor) for tensor, _ in self.also)]
         rows = self._regions(bodies, axes[-2], shape[-2], rows=True) if len(axes) > 2 else None
-        blocks = self._row_loops(axes, shape, parallel, 2 if rows else 1)
+        blocks = self._row_loops(axes, shape, parallel, max(nested, 2 if rows else 1))
         split = self._regions(bodies, axes[-1], shape[-1]) if len(blocks) > 1 else None
         if split or rows:
             self._region_loops(bodies, axes, shape, blocks[:-2] if rows else blocks[:-1], rows,
@@ -222,12 +239,14 @@ class NestBuilder(ReduceLowering):
             self.stack[-1].items.append(AddPartial(m, index, self.value(summand)))
         innermost = self.stack[-1]
         self.close(blocks)
-        if len(blocks) > 1 and innermost.straight() and not innermost.checks():
+        if (len(blocks) > 1 and innermost.straight() and not innermost.checks()
+                and not any(gathers_along(b, axes[-1]) for b in bodies)):
             innermost.vectorize = True
         if blocks:
             self._stage(blocks[0], shape, len(self.also))
 
-    def _residue_nest(self, body: Expr, axes, shape, parallel: bool, residues: dict) -> None:
+    def _residue_nest(self, body: Expr, axes, shape, parallel: bool, residues: dict,
+                      nested: int = 1) -> None:
         """Axes used under ``// n`` (``lower.residue.unrolled_axes``) looped over their
         quotients ``q``, the body written out once per combination of residues ``a``
         (``v = n q + a``) in the innermost loop: what the copies share (a pooling window's
@@ -238,7 +257,7 @@ class NestBuilder(ReduceLowering):
         extents = [v.extent for v in loop]
         parts = [part for _, part in bodies]
         rows = self._regions(parts, loop[-2], extents[-2], rows=True) if len(loop) > 2 else None
-        blocks = self._row_loops(loop, extents, parallel, 2 if rows else 1)
+        blocks = self._row_loops(loop, extents, parallel, max(nested, 2 if rows else 1))
 
         def store(k: int, bound) -> tuple:  # body k's point, ``bound`` for ``loop``
             named = dict(zip(loop, bound, strict=True))
@@ -272,6 +291,7 @@ class NestBuilder(ReduceLowering):
         cuts = set()
         for body in bodies:
             cuts.update(lo for lo, _ in regions(body, v, n, limit, window) or ())
+        limit = max(region_limit(body, v, n, limit) for body in bodies)
         cuts.discard(0)
         if not cuts or len(cuts) >= limit:
             return None
@@ -302,7 +322,8 @@ class NestBuilder(ReduceLowering):
                 for k, piece in enumerate(pieces):
                     inner.items.append(Store(*store(k, [*row, w]), self.value(piece)))
                 self.close([inner])
-                if inner.straight() and not inner.checks():
+                if (inner.straight() and not inner.checks()
+                        and not any(gathers_along(piece, w) for piece in pieces)):
                     inner.vectorize = True
             if rows:
                 self.close([self.stack[-1]])
@@ -404,6 +425,25 @@ class NestBuilder(ReduceLowering):
                 self.cache_write[e] = (buffer, r.axes[0])
         for r in dict.fromkeys(r for _, _, r in found):
             self.value(r)
+
+
+def _residue_axes(body: Expr, axes, shape, split: dict) -> tuple[Expr, list, list]:
+    """``body`` over ``axes`` with each axis ``v`` of ``split`` written ``n q + r`` (``n
+    = split[v]``, which divides its range), ``q`` and ``r`` two axes in its place: the same
+    row-major points in the same order, and ``(n q + r) // n`` is ``q``."""
+    new_axes, new_shape, mapping = [], [], {}
+    for v, extent in zip(axes, shape, strict=True):
+        if v not in split:
+            new_axes.append(v)
+            new_shape.append(extent)
+            continue
+        n = split[v]
+        q = Var.fresh(f"{v.name}.q", v.lo // n, extent // n)
+        r = Var.fresh(f"{v.name}.r", 0, n)
+        mapping[v] = build({q: n, r: 1}, 0, v.dtype)
+        new_axes += [q, r]
+        new_shape += [extent // n, n]
+    return normalize(substitute(body, mapping)), new_axes, new_shape
 
 
 def _row_index(nest: NestBuilder, axes, shape) -> RowIndex:

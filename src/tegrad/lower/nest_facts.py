@@ -47,6 +47,7 @@ from ..ir.traverse import (
 )
 from ..simplify.pipeline import merge_nested_sums
 from .cost import reduction_width
+from .residue import normalize
 
 
 def unshadow(e: Expr, bound: frozenset) -> Expr:
@@ -223,7 +224,42 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
     points stops being cut by its ``where``: a padded 3x3 window ``sum_{a, b} X[i + a -
     1, j + b - 1] W[a, b] where 0 <= j + b - 1 < n`` holds for every ``b`` in ``[0, 3)``
     exactly on ``1 <= j < n - 1``, so that interior has constant bounds and is unrolled,
-    and its loop over ``j`` vectorizes (a depthwise convolution, a pooling)."""
+    and its loop over ``j`` vectorizes (a depthwise convolution, a pooling).
+
+    Where ``v`` is read under a constant ``//`` or ``%`` (``_quotient_cuts``), also at
+    each block's start, and then within each block where a guard of the body with the
+    quotient folded changes (an adaptive pooling's gradient: the bins over 56 columns
+    with 5 outputs start every 11 and overlap by one, so a block is its first column,
+    in two bins, and the rest); up to twice ``max_regions`` ranges there."""
+    quotients = _quotient_starts(body, v, n, max_regions)
+    cuts = _guard_cuts(body, v, 0, n, window) | quotients
+    limit = region_limit(body, v, n, max_regions)
+    if quotients:
+        edges = [0, *sorted(quotients), n]
+        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+            w, part = specialized(body, v, lo, hi)
+            cuts |= _guard_cuts(part, w, lo, hi, window)
+    if not cuts or len(cuts) >= limit:
+        return None
+    edges = [0, *sorted(cuts), n]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def region_limit(body: Expr, v: Var, n: int, max_regions: int) -> int:
+    """How many ranges ``regions`` may split ``v`` into (one more than its cuts):
+    ``max_regions``, twice that where ``v`` is read under a ``//`` or ``%``."""
+    return max_regions * (2 if _quotient_starts(body, v, n, max_regions) else 1)
+
+
+def _quotient_starts(body: Expr, v: Var, n: int, max_regions: int) -> set[int]:
+    starts: set[int] = set()
+    for x in walk(body):
+        starts.update(_quotient_cuts(x, v, n, max_regions) or ())
+    return starts
+
+
+def _guard_cuts(body: Expr, v: Var, lo: int, hi: int, window: int) -> set[int]:
+    """The values in ``(lo, hi)`` where a guard of ``body`` on ``v`` changes (``regions``)."""
     cuts = set()
     for x in walk(body):
         conds = ()
@@ -234,15 +270,37 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
             conds = [(c, x.axes) for c in split_conjunction(x.where)]
         for c, axes in conds:
             if axes is None and (point := _single_point(c, v)) is not None:
-                cuts.update(b for b in (point, point + 1) if 0 < b < n)  # (its own range)
+                cuts.update(b for b in (point, point + 1) if lo < b < hi)  # (its own range)
                 continue
             bound = _single_bound(c, v) if axes is None else _window_bound(c, v, axes)
-            if bound is not None and 0 < bound < n:
+            if bound is not None and lo < bound < hi:
                 cuts.add(bound)
-    if not cuts or len(cuts) >= max_regions:
+    return cuts
+
+
+MIN_BLOCK = 4  # points of ``v`` in one block of a quotient that ``regions`` cuts at
+
+
+def _quotient_cuts(x: Expr, v: Var, n: int, limit: int) -> list[int] | None:
+    """Where ``x``, a ``(m v + k) // S`` or ``% S`` of ``v`` alone (``m > 0``), changes
+    block along ``[0, n)``; None past ``limit`` of them. On each range between them the
+    quotient is one constant and the remainder ``m v + k - S b`` affine (``specialized``
+    folds both): an adaptive pooling's gradient reads its bins' values at ``[j // 11]``,
+    unchanged over 11 columns; where ``m >= S`` each value may start a block (its
+    forward's bins start at ``(56 i) // 5``). Blocks of fewer than ``MIN_BLOCK`` points
+    are not cut (a stride-2 convolution's gradient reads ``[(j + 1) // 2 - t]``: regions
+    of 2 points would only cost)."""
+    if not (isinstance(x, Binary) and x.op in ("floordiv", "floormod")
+            and isinstance(x.b, Const) and dt.is_int(x.b.dtype) and int(x.b.value) > 1):
         return None
-    edges = [0, *sorted(cuts), n]
-    return list(zip(edges[:-1], edges[1:], strict=True))
+    coeffs, k = linearize(x.a)
+    m, size = coeffs.get(v, 0), int(x.b.value)
+    if list(coeffs) != [v] or m <= 0 or m < size < MIN_BLOCK * m:
+        return None  # (blocks of 2 or 3 points: a strided conv's gradient, unsplit)
+    if (m * (n - 1) + k) // size - k // size > limit * max(1, m // size + 1):
+        return None  # (more blocks than ``m // size + 1`` can start at any one value)
+    made = [u for u in range(1, n) if (m * u + k) // size != (m * (u - 1) + k) // size]
+    return made if len(made) <= limit else None
 
 
 def _single_bound(c: Expr, v: Var) -> int | None:
@@ -326,7 +384,7 @@ def specialized(body: Expr, v: Var, lo: int, hi: int,
         return None if len(kept) == len(split_conjunction(e.cond)) else select(
             conjunction(kept), e.a, e.b)
 
-    part = transform(substitute(body, {v: w}), fold)
+    part = transform(normalize(substitute(body, {v: w})), fold)
     merged = merge_nested_sums(part)
     return w, part if merged is None else merged
 

@@ -42,6 +42,7 @@ from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, R
 from .nest_facts import eager, reads_in_bounds, work_per_point
 from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
 from .nest_values import ExprLowering
+from .strides import gathers_along
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
 SIMD_KINDS = ("sum", "prod", "max", "min")  # carried as reductions by a vectorized loop
@@ -126,6 +127,7 @@ class ReduceLowering(ExprLowering):
             self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
                 and not innermost_loop.checks() and e.axes[-1] not in points
+                and not gathers_along(e.source, e.axes[-1])
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):

@@ -200,9 +200,10 @@ def _cumulative(x: Tensor, dim: int, kind: str, name: str) -> Tensor:
 
     state = placeholder(moved_shape, x.dtype, f"{name}.state")
     init = compute((1, *moved_shape[1:]), lambda _, *r: moved(0, *r), name=f"{name}.first")
+    rows = x if dim == 0 else compute(moved_shape, moved, name=f"{name}.rows")
 
     def step(t, *r):
-        prev, cur = state[(t - 1, *r)], moved(t, *r)
+        prev, cur = state[(t - 1, *r)], rows[(t, *r)]
         if kind == "sum":
             return prev + cur
         if kind == "prod":
