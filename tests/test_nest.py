@@ -384,7 +384,7 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
     12``: the channel axis runs as two loops, group ``q`` and channel ``r`` in it
     (``c = 12 q + r``), the statistics computed once per group above the loop over
     ``r`` and the innermost loop vectorized; 3 channels per group are unrolled as residue
-    classes (``LOOPED_RESIDUES``). Both agree with torch in float64."""
+    classes (``Options.looped_residues``). Both agree with torch in float64."""
     torch = pytest.importorskip("torch")
     X = tg.placeholder((2, 48, 5, 8), "float64", "X")
     Y = tg.nn.group_norm(X, groups)

@@ -22,7 +22,7 @@ with those guards folded (``nest_facts.regions``, at most ``Options.max_regions`
 **Residue classes.** Axes read under ``// n`` (a max pool's gradient reads its window's
 maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
 residue class (``lower/residue.unrolled_axes``): the window's values are shared. An
-axis before the last with ``LOOPED_RESIDUES`` or more classes (a group norm of 12
+axis before the last with ``Options.looped_residues`` or more classes (a group norm of 12
 channels per group reads its statistics at ``[c // 12]``) is two loops instead, ``c = 12
 q + r`` (``_residue_axes``): what depends on ``q`` alone is computed once above the
 loop over ``r``, and the merged loop stops before ``r``.
@@ -91,7 +91,6 @@ from .residue import normalize, unrolled_axes, unrolled_bodies
 from .row_cache import row_caches
 from .strides import gathers_along, transposing
 
-LOOPED_RESIDUES = 8  # residue classes of an axis before the last: looped, not unrolled
 THREAD_CHUNKS = 16  # merge leading axes until the parallel loop has this many iterations
 COLUMN_CHUNK = 64  # accumulators per thread in a column reduction
 COLUMN_PAD = 1024  # bytes between the partial rows of column sums (see _open_partials)
@@ -199,15 +198,17 @@ class NestBuilder(ReduceLowering):
 
     def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         """Output axes outermost, in order; the body evaluated at each point."""
-        residues = unrolled_axes(body, axes) if len(axes) > 1 else {}
+        tile = self.options.transpose_tile
+        residues = unrolled_axes(body, axes, tile) if len(axes) > 1 else {}
+        least = self.options.looped_residues
         looped = {v: n for v, n in residues.items()  # (not a transposing read's tiles)
-                  if v is not axes[-1] and n >= LOOPED_RESIDUES
-                  and residues != transposing(body, axes)}
+                  if v is not axes[-1] and 0 < least <= n
+                  and residues != transposing(body, axes, tile)}
         nested = 1  # (the loops kept out of the merged one: a looped residue's and after)
         if looped and not self.also and not self.columns:
             first = min(axes.index(v) for v in looped)
             body, axes, shape = _residue_axes(body, axes, shape, looped)
-            residues = unrolled_axes(body, axes)
+            residues = unrolled_axes(body, axes, tile)
             nested = len(axes) - first - 1
         if residues:
             self._residue_nest(body, axes, shape, parallel, residues, nested)

@@ -41,22 +41,23 @@ from ..ir.affine import Form, build, linearize
 from ..ir.bounds import form_interval
 from ..ir.expr import Binary, Const, Expr, Select, Unary, Var, const
 from ..ir.traverse import free_vars, substitute, transform, walk
-from .strides import transposing
+from .strides import TILE, transposing
 
 MAX_PIECES = 64
 MAX_UNROLLED = 16  # residue classes a compiled kernel unrolls in its loop body
 
 
-def unrolled_axes(body: Expr, axes: Sequence[Var]) -> dict[Var, int]:
+def unrolled_axes(body: Expr, axes: Sequence[Var], tile: int = TILE) -> dict[Var, int]:
     """The output axes that a compiled kernel runs by residue class (``codegen``), with
     their split factors: those used under a constant ``//`` or ``%`` whose factor divides
     their range, at most ``MAX_UNROLLED`` classes in all. A max pool's gradient reads
     ``Y[i // 2, j // 2]``: with ``i = 2 q + a`` and ``a`` unrolled, the window's maximum
     is read (or computed, once inlined) once per window instead of once per element.
-    Where none is, the axis a transposing read is contiguous along (``strides.transposing``)."""
+    Where none is, the axis a transposing read is contiguous along, in classes of
+    ``tile`` (``strides.transposing``)."""
     need = divisors([body], axes)
     if not need:  # (a transposing read: its contiguous axis in residue classes)
-        return transposing(body, axes)
+        return transposing(body, axes, tile)
     if (any(v.extent % n or v.lo % n for v, n in need.items())
             or math.prod(need.values()) > MAX_UNROLLED):
         return {}

@@ -25,7 +25,7 @@ from ..ir.expr import Expr, Read, Var
 from ..ir.traverse import walk
 
 MAX_SIMD_STRIDE = 8  # elements a read may move per iteration of a vectorized loop
-TILE = 8  # consecutive elements of a transposing read used per line
+TILE = 8  # consecutive elements of a transposing read used per line (Options.transpose_tile)
 
 
 def steps(e: Expr, v: Var) -> Iterator[tuple[Read, int]]:
@@ -47,16 +47,16 @@ def gathers_along(e: Expr, v: Var) -> bool:
     return any(abs(step) > MAX_SIMD_STRIDE for _, step in steps(e, v))
 
 
-def transposing(body: Expr, axes: Sequence[Var]) -> dict[Var, int]:
-    """``{i: TILE}`` for the output axis ``i`` along which a read is contiguous that the
+def transposing(body: Expr, axes: Sequence[Var], tile: int = TILE) -> dict[Var, int]:
+    """``{i: tile}`` for the output axis ``i`` along which a read is contiguous that the
     innermost axis reads a long way apart (module header); {} where there is none, or
-    ``TILE`` does not divide ``i``'s range."""
-    if len(axes) < 2:
+    ``tile`` does not divide ``i``'s range (``Options.transpose_tile``; 0: never)."""
+    if len(axes) < 2 or tile < 2:
         return {}
     far = {x for x, step in steps(body, axes[-1]) if abs(step) > MAX_SIMD_STRIDE}
     for i in reversed(axes[:-1]):
-        if i.extent % TILE or i.lo % TILE:
+        if i.extent % tile or i.lo % tile:
             continue
         if any(step == 1 for x, step in steps(body, i) if x in far):
-            return {i: TILE}
+            return {i: tile}
     return {}

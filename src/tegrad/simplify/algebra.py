@@ -10,7 +10,8 @@ Integer index arithmetic is kept in a canonical affine form ``c0 + sum a_k atom_
 Comparisons between integer expressions fold to true/false when interval arithmetic
 over the variables' ranges decides them. Float algebra keeps IEEE semantics except for
 the usual autodiff simplifications ``x*0 = 0``, ``x*1 = x``, ``x+0 = x`` (a NaN or inf
-multiplied by a structural zero is dropped, as in every AD system).
+multiplied by a structural zero is dropped, as in every AD system); ``x**2 = x*x``,
+both correctly rounded (a power of 3's gradient is then a product, not a ``pow`` call).
 """
 
 from __future__ import annotations
@@ -129,6 +130,8 @@ def fold_binary(e: Binary) -> Expr | None:
             return a
         if is_const(b, 0):
             return const(1, e.dtype)
+        if is_const(b, 2) and dt.is_float(e.dtype) and a.dtype == e.dtype:
+            return Binary("mul", a, a, e.dtype)  # (NumPy's power squares for 2 too)
     return None
 
 
