@@ -282,6 +282,28 @@ def test_softmax_gradient_reads_the_output_and_evaluates_no_exp():
     np.testing.assert_allclose(tg.build([x, h], g)(xv, hv), want.numpy(), rtol=1e-12)
 
 
+def test_a_cube_s_gradient_squares_by_a_product():
+    """``d(x**3) = 3 x**2``: the simplifier writes ``x**2`` as ``x * x`` (NumPy's power
+    squares for 2 as well), so no ``pow`` is left; values are NumPy's, to the last bit
+    for the square."""
+    from tegrad.ir.expr import Binary
+    from tegrad.ir.traverse import walk
+
+    x = tg.placeholder((6,), "float64", name="X")
+    h = tg.placeholder((6,), "float64", name="H")
+    y = tg.compute((6,), lambda i: x[i] ** 3.0, name="Y")
+    (gx,) = tg.gradient(y, [x], h)
+    simplified = tg.simplify(gx)
+    assert not any(isinstance(e, Binary) and e.op == "pow" for e in walk(simplified.body))
+    sq = tg.simplify(tg.compute((6,), lambda i: x[i] ** 2.0, name="S"))
+    assert not any(isinstance(e, Binary) and e.op == "pow" for e in walk(sq.body))
+    xv, hv = RNG.standard_normal(6), RNG.standard_normal(6)
+    for target in ("numpy", "cpu"):
+        np.testing.assert_allclose(tg.build([x, h], gx, target=target)(xv, hv),
+                                   3 * xv**2 * hv, rtol=1e-15)
+        np.testing.assert_array_equal(tg.build([x], sq, target=target)(xv), np.power(xv, 2.0))
+
+
 def test_a_quotient_in_a_derivative_reads_the_forward_quotient():
     # Y = A / B: dY/dB = -A / B^2 = -Y / B, one division per element reading Y
     a = tg.placeholder((5,), "float64", name="A")

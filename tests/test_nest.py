@@ -408,6 +408,21 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_too_many_blocks_leave_the_guards_ranges():
+    """A linear resampling's gradient (172 -> 9 points, corners aligned) reads the
+    head at ``(8 j + 7) // 171`` and guards its ends: the blocks and their guards would
+    make more than twice ``max_regions`` ranges, so the axis is cut where the guards
+    change alone, as without blocks."""
+    from tegrad.lower.nest_facts import regions
+
+    X = tg.placeholder((2, 3, 172), "float64", "X")
+    Y = tg.nn.interpolate(X, size=9, mode="linear", align_corners=True)
+    (dX,) = tg.gradient(Y, [X], tg.placeholder(Y.shape, "float64", "H"))
+    (t,) = [k for k, _, _, _ in _general([dX]) if k.shape == X.shape]
+    got = regions(t.body, t.axes[-1], 172, 8, 16)
+    assert got is not None and 1 < len(got) < 8, got
+
+
 # strided reads: no gathers, transposes in residue classes -------------------------------
 
 

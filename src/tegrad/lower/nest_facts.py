@@ -230,15 +230,17 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
     each block's start, and then within each block where a guard of the body with the
     quotient folded changes (an adaptive pooling's gradient: the bins over 56 columns
     with 5 outputs start every 11 and overlap by one, so a block is its first column,
-    in two bins, and the rest); up to twice ``max_regions`` ranges there."""
-    quotients = _quotient_starts(body, v, n, max_regions)
-    cuts = _guard_cuts(body, v, 0, n, window) | quotients
-    limit = region_limit(body, v, n, max_regions)
-    if quotients:
+    in two bins, and the rest); up to twice ``max_regions`` ranges there, else the
+    guards' ranges alone."""
+    cuts, limit = _guard_cuts(body, v, 0, n, window), max_regions
+    if quotients := _quotient_starts(body, v, n, max_regions):
+        blocked = cuts | quotients
         edges = [0, *sorted(quotients), n]
         for lo, hi in zip(edges[:-1], edges[1:], strict=True):
             w, part = specialized(body, v, lo, hi)
-            cuts |= _guard_cuts(part, w, lo, hi, window)
+            blocked |= _guard_cuts(part, w, lo, hi, window)
+        if len(blocked) < 2 * max_regions:  # (else the guards' ranges alone)
+            cuts, limit = blocked, 2 * max_regions
     if not cuts or len(cuts) >= limit:
         return None
     edges = [0, *sorted(cuts), n]

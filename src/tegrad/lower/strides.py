@@ -8,9 +8,9 @@ offset's coefficient of ``v`` (0 where no affine index has ``v``).
   gathers, which on x86 cost more than the scalar loop: ``gathers_along`` says so and the
   loop is left to the compiler (``nest_build``, ``nest_reduce``).
 * A transposing kernel ``Y[i, j] = g(X[j, i])`` reads ``X`` at step 1 along ``i`` and
-  step ``n`` along ``j``, the innermost loop. With ``n`` a multiple of 1024 floats the
-  lines the inner loop reads all fall in one set of the L1 cache and evict each other
-  (a 64 x 1024 float transpose: 211 us against 27 us at 64 x 1000). ``transposing``
+  step ``n`` along ``j``, the innermost loop: each element read is on a line of its own,
+  and with ``n`` a multiple of 1024 floats those lines all fall in one set of the L1
+  cache and evict each other before the next ``i`` reads them again. ``transposing``
   names ``i``: the loop nest runs it by residue classes of ``TILE`` (``i = TILE q + a``,
   the ``TILE`` bodies written out in the loop over ``j``; ``residue.unrolled_axes``), so
   each line read serves ``TILE`` consecutive elements before it is evicted.

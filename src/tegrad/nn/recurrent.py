@@ -200,6 +200,8 @@ def _cumulative(x: Tensor, dim: int, kind: str, name: str) -> Tensor:
 
     state = placeholder(moved_shape, x.dtype, f"{name}.state")
     init = compute((1, *moved_shape[1:]), lambda _, *r: moved(0, *r), name=f"{name}.first")
+    # time-major rows: a step reads one contiguous row (a transposed read per step would
+    # touch a line per element)
     rows = x if dim == 0 else compute(moved_shape, moved, name=f"{name}.rows")
 
     def step(t, *r):
