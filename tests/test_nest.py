@@ -408,6 +408,32 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("ceil", [False, True], ids=["floor", "ceil"])
+def test_a_3d_window_is_cut_by_its_last_axis_bounds(ceil):
+    """A 3x3x3 average pool with padding 1 (27 points, more than ``Options.unroll``): its
+    last axis is still cut where the bounds on that axis's 3 points change, so the
+    interior's loop over them is unrolled; forward and gradient agree with torch in
+    float64, with regions and without."""
+    from tegrad.lower.nest_facts import regions
+
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((1, 2, 7, 8, 11), "float64", "X")
+    Y = tg.nn.avg_pool3d(X, 3, 2, 1, ceil_mode=ceil, count_include_pad=False)
+    (t,) = [k for k, _, _, _ in _general([Y])]
+    assert regions(t.body, t.axes[-1], Y.shape[-1], 8, 16) is not None
+    H = tg.placeholder(Y.shape, "float64", "H")
+    rng = np.random.default_rng(3)
+    x, h = rng.standard_normal(X.shape), rng.standard_normal(Y.shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch.nn.functional.avg_pool3d(tx, 3, 2, 1, ceil_mode=ceil, count_include_pad=False)
+    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    base = Options.from_environment()
+    for options in (base, base.replace(max_regions=0)):
+        f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
+        for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_too_many_blocks_leave_the_guards_ranges():
     """A linear resampling's gradient (172 -> 9 points, corners aligned) reads the
     head at ``(8 j + 7) // 171`` and guards its ends: the blocks and their guards would

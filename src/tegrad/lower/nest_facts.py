@@ -224,7 +224,10 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
     points stops being cut by its ``where``: a padded 3x3 window ``sum_{a, b} X[i + a -
     1, j + b - 1] W[a, b] where 0 <= j + b - 1 < n`` holds for every ``b`` in ``[0, 3)``
     exactly on ``1 <= j < n - 1``, so that interior has constant bounds and is unrolled,
-    and its loop over ``j`` vectorizes (a depthwise convolution, a pooling).
+    and its loop over ``j`` vectorizes (a depthwise convolution, a pooling). A window
+    of up to ``WINDOW_SPAN`` times that many points is cut by each of its conditions
+    whose own axes hold at most ``window`` points (a 3x3x3 pooling's bounds on its
+    last axis: constant on the interior, where that axis's loop is unrolled).
 
     Where ``v`` is read under a constant ``//`` or ``%`` (``_quotient_cuts``), also at
     each block's start, and then within each block where a guard of the body with the
@@ -268,8 +271,9 @@ def _guard_cuts(body: Expr, v: Var, lo: int, hi: int, window: int) -> set[int]:
         if isinstance(x, Select):
             conds = [(c, None) for c in split_conjunction(x.cond)]
         elif (window and isinstance(x, Reduce) and x.where is not None
-              and math.prod(a.extent for a in x.axes) <= window):
-            conds = [(c, x.axes) for c in split_conjunction(x.where)]
+              and math.prod(a.extent for a in x.axes) <= WINDOW_SPAN * window):
+            conds = [(c, x.axes) for c in split_conjunction(x.where)  # (a small window's)
+                     if math.prod(a.extent for a in x.axes if a in free_vars(c)) <= window]
         for c, axes in conds:
             if axes is None and (point := _single_point(c, v)) is not None:
                 cuts.update(b for b in (point, point + 1) if lo < b < hi)  # (its own range)
@@ -280,6 +284,7 @@ def _guard_cuts(body: Expr, v: Var, lo: int, hi: int, window: int) -> set[int]:
     return cuts
 
 
+WINDOW_SPAN = 4  # a window of up to this many times Options.unroll points (3x3x3) is cut
 MIN_BLOCK = 4  # points of ``v`` in one block of a quotient that ``regions`` cuts at
 
 
