@@ -435,18 +435,42 @@ def test_a_3d_window_is_cut_by_its_last_axis_bounds(ceil):
 
 
 def test_too_many_blocks_leave_the_guards_ranges():
-    """A linear resampling's gradient (172 -> 9 points, corners aligned) reads the
-    head at ``(8 j + 7) // 171`` and guards its ends: the blocks and their guards would
-    make more than twice ``max_regions`` ranges, so the axis is cut where the guards
-    change alone, as without blocks."""
+    """A linear resampling's gradient (172 -> 9 points, corners aligned) reads the head
+    at ``(8 j + 7) // 171`` and guards its ends: with ``max_regions`` 8 the axis is cut
+    at each of the 8 blocks and where their guards change (25 ranges, under
+    ``BLOCKED_REGIONS`` times 8); with 4, that is too many, and the axis is cut where
+    the guards change alone, as without blocks."""
     from tegrad.lower.nest_facts import regions
 
     X = tg.placeholder((2, 3, 172), "float64", "X")
     Y = tg.nn.interpolate(X, size=9, mode="linear", align_corners=True)
     (dX,) = tg.gradient(Y, [X], tg.placeholder(Y.shape, "float64", "H"))
     (t,) = [k for k, _, _, _ in _general([dX]) if k.shape == X.shape]
-    got = regions(t.body, t.axes[-1], 172, 8, 16)
-    assert got is not None and 1 < len(got) < 8, got
+    assert len(regions(t.body, t.axes[-1], 172, 8, 16)) == 25
+    guards = regions(t.body, t.axes[-1], 172, 4, 16)
+    assert guards is not None and 1 < len(guards) < 4, guards
+
+
+@pytest.mark.parametrize("corners", [False, True], ids=["half pixel", "corners"])
+@pytest.mark.parametrize("size", [9, 5, 40], ids=str)
+def test_resampling_cut_at_its_blocks_agrees_with_torch(size, corners):
+    """Linear resampling of 172 points to ``size``: forward and gradient, with regions
+    (its gradient cut at each block of the head it reads) and without, against torch in
+    float64."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 3, 172), "float64", "X")
+    Y = tg.nn.interpolate(X, size=size, mode="linear", align_corners=corners)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    rng = np.random.default_rng(size)
+    x, h = rng.standard_normal(X.shape), rng.standard_normal(Y.shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = torch.nn.functional.interpolate(tx, size=size, mode="linear", align_corners=corners)
+    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    base = Options.from_environment()
+    for options in (base, base.replace(max_regions=0)):
+        f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
+        for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
 # strided reads: no gathers, transposes in residue classes -------------------------------

@@ -233,8 +233,8 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
     each block's start, and then within each block where a guard of the body with the
     quotient folded changes (an adaptive pooling's gradient: the bins over 56 columns
     with 5 outputs start every 11 and overlap by one, so a block is its first column,
-    in two bins, and the rest); up to twice ``max_regions`` ranges there, else the
-    guards' ranges alone."""
+    in two bins, and the rest); up to ``BLOCKED_REGIONS`` times ``max_regions`` ranges
+    there, else the guards' ranges alone."""
     cuts, limit = _guard_cuts(body, v, 0, n, window), max_regions
     if quotients := _quotient_starts(body, v, n, max_regions):
         blocked = cuts | quotients
@@ -242,8 +242,8 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
         for lo, hi in zip(edges[:-1], edges[1:], strict=True):
             w, part = specialized(body, v, lo, hi)
             blocked |= _guard_cuts(part, w, lo, hi, window)
-        if len(blocked) < 2 * max_regions:  # (else the guards' ranges alone)
-            cuts, limit = blocked, 2 * max_regions
+        if len(blocked) < BLOCKED_REGIONS * max_regions:  # (else the guards' ranges alone)
+            cuts, limit = blocked, BLOCKED_REGIONS * max_regions
     if not cuts or len(cuts) >= limit:
         return None
     edges = [0, *sorted(cuts), n]
@@ -252,14 +252,15 @@ def regions(body: Expr, v: Var, n: int, max_regions: int,
 
 def region_limit(body: Expr, v: Var, n: int, max_regions: int) -> int:
     """How many ranges ``regions`` may split ``v`` into (one more than its cuts):
-    ``max_regions``, twice that where ``v`` is read under a ``//`` or ``%``."""
-    return max_regions * (2 if _quotient_starts(body, v, n, max_regions) else 1)
+    ``max_regions``, ``BLOCKED_REGIONS`` times that where ``v`` is read under a ``//`` or
+    ``%``."""
+    return max_regions * (BLOCKED_REGIONS if _quotient_starts(body, v, n, max_regions) else 1)
 
 
 def _quotient_starts(body: Expr, v: Var, n: int, max_regions: int) -> set[int]:
     starts: set[int] = set()
     for x in walk(body):
-        starts.update(_quotient_cuts(x, v, n, max_regions) or ())
+        starts.update(_quotient_cuts(x, v, n, BLOCKED_REGIONS * max_regions) or ())
     return starts
 
 
@@ -284,6 +285,7 @@ def _guard_cuts(body: Expr, v: Var, lo: int, hi: int, window: int) -> set[int]:
     return cuts
 
 
+BLOCKED_REGIONS = 4  # times Options.max_regions ranges an axis read under a quotient may have
 WINDOW_SPAN = 4  # a window of up to this many times Options.unroll points (3x3x3) is cut
 MIN_BLOCK = 4  # points of ``v`` in one block of a quotient that ``regions`` cuts at
 
