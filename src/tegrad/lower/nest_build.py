@@ -208,6 +208,7 @@ class NestBuilder(ReduceLowering):
         if looped and not self.also and not self.columns:
             first = min(axes.index(v) for v in looped)
             body, axes, shape = _residue_axes(body, axes, shape, looped)
+            self.reductions += [x for x in walk(body) if isinstance(x, Reduce)]  # (siblings)
             residues = unrolled_axes(body, axes, tile)
             nested = len(axes) - first - 1
         if residues:
