@@ -383,8 +383,9 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
     """A group norm of 48 channels in 4 groups reads its group's statistics at ``c //
     12``: the channel axis runs as two loops, group ``q`` and channel ``r`` in it
     (``c = 12 q + r``), the statistics computed once per group above the loop over
-    ``r`` and the innermost loop vectorized; 3 channels per group are unrolled as residue
-    classes (``Options.looped_residues``). Both agree with torch in float64."""
+    ``r`` and the innermost loop vectorized, and the gradient's sums over a group share
+    two passes; 3 channels per group are unrolled as residue classes
+    (``Options.looped_residues``). Both agree with torch in float64."""
     torch = pytest.importorskip("torch")
     X = tg.placeholder((2, 48, 5, 8), "float64", "X")
     Y = tg.nn.group_norm(X, groups)
@@ -396,6 +397,8 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
     if groups == 4:
         assert len(looped) == len(texts) == 2
         assert all(re.search(r"#pragma omp simd\n\s*for", t) for t in looped)
+        # the gradient's sums share loops (siblings): the mean's pass, then one more
+        assert looped[1].count("for (int r") == 6, looped[1]
     else:
         assert not looped
     rng = np.random.default_rng(groups)
