@@ -306,9 +306,10 @@ def _quotient_cuts(x: Expr, v: Var, n: int, limit: int) -> list[int] | None:
     m, size = coeffs.get(v, 0), int(x.b.value)
     if list(coeffs) != [v] or m <= 0 or m < size < MIN_BLOCK * m:
         return None  # (blocks of 2 or 3 points: a strided conv's gradient, unsplit)
-    if (m * (n - 1) + k) // size - k // size > limit * max(1, m // size + 1):
+    first, last = k // size + 1, (m * (n - 1) + k) // size  # the blocks started in (0, n)
+    if last - first + 1 > limit * max(1, m // size + 1):
         return None  # (more blocks than ``m // size + 1`` can start at any one value)
-    made = [u for u in range(1, n) if (m * u + k) // size != (m * (u - 1) + k) // size]
+    made = sorted({-((k - size * b) // m) for b in range(first, last + 1)})  # ceil((S b - k) / m)
     return made if len(made) <= limit else None
 
 
