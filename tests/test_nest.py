@@ -437,6 +437,36 @@ def test_a_3d_window_is_cut_by_its_last_axis_bounds(ceil):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
 
 
+def test_quotient_cuts_are_where_the_quotient_changes():
+    """``_quotient_cuts`` finds the block starts from the blocks, never walking the axis:
+    over many forms ``(m v + k) // S``, exactly the values where the quotient changes
+    (or None: too many, or blocks too short); on an axis of a million points, the three
+    starts of a quotient by 300,000."""
+    import itertools
+
+    from tegrad.ir.expr import Binary, Var, const
+    from tegrad.lower.nest_facts import _quotient_cuts
+
+    def quotient(v, m, k, size):
+        x = Binary("mul", const(m, v.dtype), v, v.dtype)
+        if k:
+            x = Binary("add", x, const(k, v.dtype), v.dtype)
+        return Binary("floordiv", x, const(size, v.dtype), v.dtype)
+
+    checked = 0
+    for m, size, k, n in itertools.product([1, 2, 3, 5, 8, 56], [2, 3, 5, 11, 19, 171],
+                                           [-9, -1, 0, 3, 7, 60], [1, 2, 5, 9, 56, 172]):
+        v = Var.fresh("v", 0, n)
+        got = _quotient_cuts(quotient(v, m, k, size), v, n, 1 << 20)
+        if got is not None:
+            checked += 1
+            assert got == [u for u in range(1, n)
+                           if (m * u + k) // size != (m * (u - 1) + k) // size], (m, size, k, n)
+    assert checked > 500
+    v = Var.fresh("v", 0, 10**6)
+    assert _quotient_cuts(quotient(v, 1, 0, 300_000), v, 10**6, 8) == [300_000, 600_000, 900_000]
+
+
 def test_too_many_blocks_leave_the_guards_ranges():
     """A linear resampling's gradient (172 -> 9 points, corners aligned) reads the head
     at ``(8 j + 7) // 171`` and guards its ends: with ``max_regions`` 8 the axis is cut
