@@ -424,17 +424,11 @@ def test_a_3d_window_is_cut_by_its_last_axis_bounds(ceil):
     Y = tg.nn.avg_pool3d(X, 3, 2, 1, ceil_mode=ceil, count_include_pad=False)
     (t,) = [k for k, _, _, _ in _general([Y])]
     assert regions(t.body, t.axes[-1], Y.shape[-1], 8, 16) is not None
-    H = tg.placeholder(Y.shape, "float64", "H")
     rng = np.random.default_rng(3)
     x, h = rng.standard_normal(X.shape), rng.standard_normal(Y.shape)
     tx = torch.from_numpy(x).requires_grad_()
     ty = torch.nn.functional.avg_pool3d(tx, 3, 2, 1, ceil_mode=ceil, count_include_pad=False)
-    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
-    base = Options.from_environment()
-    for options in (base, base.replace(max_regions=0)):
-        f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
-        for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    _agree_with_and_without_regions(X, Y, x, h, tx, ty, rtol=1e-12)
 
 
 def test_quotient_cuts_are_where_the_quotient_changes():
@@ -493,17 +487,11 @@ def test_resampling_cut_at_its_blocks_agrees_with_torch(size, corners):
     torch = pytest.importorskip("torch")
     X = tg.placeholder((2, 3, 172), "float64", "X")
     Y = tg.nn.interpolate(X, size=size, mode="linear", align_corners=corners)
-    H = tg.placeholder(Y.shape, "float64", "H")
     rng = np.random.default_rng(size)
     x, h = rng.standard_normal(X.shape), rng.standard_normal(Y.shape)
     tx = torch.from_numpy(x).requires_grad_()
     ty = torch.nn.functional.interpolate(tx, size=size, mode="linear", align_corners=corners)
-    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
-    base = Options.from_environment()
-    for options in (base, base.replace(max_regions=0)):
-        f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
-        for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    _agree_with_and_without_regions(X, Y, x, h, tx, ty, rtol=1e-10)
 
 
 # strided reads: no gathers, transposes in residue classes -------------------------------
@@ -604,11 +592,18 @@ def test_guarded_bodies_split_by_region_agree_with_torch(case, size):
         pytest.skip("torch refuses this pad here")
     X = tg.placeholder(shape, "float64", "X")
     Y = ours(X)
-    H = tg.placeholder(Y.shape, "float64", "H")
-    h = rng.standard_normal(Y.shape)
+    _agree_with_and_without_regions(X, Y, x, rng.standard_normal(Y.shape), tx, ty, rtol=1e-12)
+
+
+def _agree_with_and_without_regions(X, Y, x, h, tx, ty, rtol: float) -> None:
+    """``Y`` and its gradient for the head ``h`` at ``x`` on the cpu target, with regions
+    and without (``max_regions=0``), against torch's ``ty`` of the leaf ``tx`` (float64)."""
+    import torch
+
     (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    H = tg.placeholder(Y.shape, "float64", "H")
     base = Options.from_environment()
     for options in (base, base.replace(max_regions=0)):
         f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
         for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
-            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-12)
