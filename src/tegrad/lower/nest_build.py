@@ -87,7 +87,7 @@ from .nest_facts import (
 )
 from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
 from .nest_reduce import ReduceLowering, accumulate
-from .residue import normalize, unrolled_axes, unrolled_bodies
+from .residue import aligned_split, normalize, unrolled_axes, unrolled_bodies
 from .row_cache import row_caches
 from .strides import gathers_along, transposing
 
@@ -439,12 +439,10 @@ def _residue_axes(body: Expr, axes, shape, split: dict) -> tuple[Expr, list, lis
             new_axes.append(v)
             new_shape.append(extent)
             continue
-        n = split[v]
-        q = Var.fresh(f"{v.name}.q", v.lo // n, extent // n)
-        r = Var.fresh(f"{v.name}.r", 0, n)
-        mapping[v] = build({q: n, r: 1}, 0, v.dtype)
+        q, r, form = aligned_split(v, split[v])
+        mapping[v] = build(*form, v.dtype)
         new_axes += [q, r]
-        new_shape += [extent // n, n]
+        new_shape += [q.extent, r.extent]
     return normalize(substitute(body, mapping)), new_axes, new_shape
 
 

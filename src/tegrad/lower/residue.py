@@ -123,6 +123,14 @@ def split_axes(out_axes: Sequence[Var], red_axes: Sequence[Var],
     return None
 
 
+def aligned_split(v: Var, n: int) -> tuple[Var, Var, Form]:
+    """``v = n q + r`` for ``n`` dividing ``v``'s range: the quotient and remainder axes
+    and that form."""
+    q = Var.fresh(f"{v.name}.q", v.lo // n, v.extent // n)
+    r = Var.fresh(f"{v.name}.r", 0, n)
+    return q, r, ({q: n, r: 1}, 0)
+
+
 def divisors(exprs: Sequence[Expr], variables: Sequence[Var]) -> dict[Var, int]:
     """For each variable used under a constant ``//`` or ``%``, the split factor ``L``."""
     wanted = set(variables)
@@ -164,9 +172,7 @@ def _pieces(out_axes, red_axes, exprs, need, modes):
     count = 1
     for v, n in need.items():
         if modes[v] == "aligned":
-            q = Var.fresh(f"{v.name}.q", v.lo // n, v.extent // n)
-            r = Var.fresh(f"{v.name}.r", 0, n)
-            form = ({q: n, r: 1}, 0)
+            q, r, form = aligned_split(v, n)
             options[v] = [(build(*form, v.dtype), (q, r), form)]
         else:
             opts = []
