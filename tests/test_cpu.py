@@ -760,22 +760,27 @@ def test_parallel_matmul_matches_numpy(layout, dtype, library):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-def _shifted_terms(rng, dtype, rows, depth, cols, shifts, a_transposed=False, batch=()):
+def _shifted_terms(rng, dtype, rows, depth, cols, shifts, a_transposed=False, batch=(),
+                   shared_a=False):
     """Operands of a looped product: term ``t`` multiplies its own ``(rows, depth)`` block
     of A (stored transposed if asked) by B's columns shifted by ``shifts[t]`` (a
-    convolution's taps), every term's views at fixed offsets from the first's."""
+    convolution's taps), every term's views at fixed offsets from the first's. With
+    ``shared_a``, one A for the whole batch (a convolution's weights, stride 0 over it)."""
     width = cols + max(shifts) - min(shifts)
-    a = rng.standard_normal((len(shifts), *batch, depth, rows) if a_transposed
-                            else (len(shifts), *batch, rows, depth)).astype(dtype)
+    own = () if shared_a else batch
+    a = rng.standard_normal((len(shifts), *own, depth, rows) if a_transposed
+                            else (len(shifts), *own, rows, depth)).astype(dtype)
     b = rng.standard_normal((*batch, depth, width)).astype(dtype)
+    if shared_a:
+        a = np.broadcast_to(a[:, None], (len(shifts), *batch, *a.shape[1:]))
     a_terms = [np.swapaxes(a[t], -1, -2) if a_transposed else a[t] for t in range(len(shifts))]
     b_terms = [b[..., s - min(shifts): s - min(shifts) + cols] for s in shifts]
     return a_terms, b_terms
 
 
-TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch); each thread of two
-    # gets half the columns of one matrix, whole matrices of an even batch, or half of
-    # each matrix of an odd one
+TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch[, A shared by the
+    # batch]); each thread of two gets half the columns of one matrix, whole matrices of
+    # an even batch, or half of each matrix of an odd one
     "nine taps": (20, 16, 403, [0, 1, 2, 30, 31, 32, 60, 61, 62], False, ()),
     "negative shifts": (64, 8, 300, [0, -1, -2, -30, -31], False, ()),
     "a transposed": (9, 24, 290, [3, 0, 7], True, ()),
@@ -787,6 +792,13 @@ TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch); each thread
     "one deep narrow product": (24, 300, 400, [0], False, ()),
     "narrow": (40, 16, 100, [0, 1, 2], False, ()),
     "one row": (1, 16, 200, [0, 1], False, ()),
+    # one A packed for every product of the batch, narrow products (a 3x3 convolution of
+    # 8x8 images, rows widened to 10: 80 columns, tiles of three vectors and of two) and
+    # tails of one vector and of part of one
+    "batched, A shared": (20, 16, 80, [0, 1, 2, 10, 11, 12, 20, 21, 22], False, (8,), True),
+    "batched, A shared, transposed": (12, 8, 37, [0, 3], True, (3,), True),
+    "batched, A shared, one product": (24, 64, 100, [0], False, (4,), True),
+    "tails of one vector": (8, 12, 16 * 3 + 16 + 5, [0, 1], False, ()),
 }
 
 
@@ -801,9 +813,9 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
     written or added to ``out``."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
-    rows, depth, cols, shifts, transposed, batch = TERMS[case]
+    rows, depth, cols, shifts, transposed, batch, *shared = TERMS[case]
     rng = np.random.default_rng(5)
-    a, b = _shifted_terms(rng, dtype, rows, depth, cols, shifts, transposed, batch)
+    a, b = _shifted_terms(rng, dtype, rows, depth, cols, shifts, transposed, batch, *shared)
     want = sum(np.matmul(x.astype(np.float64), y.astype(np.float64))
                for x, y in zip(a, b, strict=True))
     start = rng.standard_normal(want.shape).astype(dtype)
@@ -819,12 +831,14 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-@pytest.mark.parametrize("case", ["nine taps", "one deep wide product"])
-def test_term_kernel_runs_where_it_can(case):
+@pytest.mark.parametrize("case, blocks", [("nine taps", 2), ("one deep wide product", 2),
+                                          ("batched, A shared", 8)])
+def test_term_kernel_runs_where_it_can(case, blocks):
     """On a processor with AVX-512 the helper has the kernel, and a float32 convolution's
     sum and a deep product wide enough take it for both threads' blocks (the helper's
     count; bits alone cannot tell: on an Intel Xeon, MKL's sums of a single product ran in
-    the kernel's order)."""
+    the kernel's order). So does a batch of narrow sums sharing one A (a convolution of
+    8x8 images: 80 columns each), which packs that A once for all of them."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
     with open("/proc/cpuinfo") as f:
@@ -833,17 +847,18 @@ def test_term_kernel_runs_where_it_can(case):
     assert not Blas(direct_terms=False).direct
     if not avx512:
         pytest.skip("no AVX-512 here: products are BLAS calls")
-    rows, depth, cols, shifts, _, _ = TERMS[case]
-    a, b = _shifted_terms(np.random.default_rng(6), "float32", rows, depth, cols, shifts)
+    rows, depth, cols, shifts, transposed, batch, *shared = TERMS[case]
+    a, b = _shifted_terms(np.random.default_rng(6), "float32", rows, depth, cols, shifts,
+                          transposed, batch, *shared)
     a, b = (a, b) if len(shifts) > 1 else (a[0], b[0])
     results = []
     for direct in (True, False):
-        out = np.empty((rows, cols), np.float32)
+        out = np.empty((*batch, rows, cols), np.float32)
         blas = Blas(direct_terms=direct)
         before = blas.term_blocks
         with one_blas_thread():
             matmul(a, b, out=out, threads=2, blas=blas)
-        assert blas.term_blocks - before == (2 if direct else 0)
+        assert blas.term_blocks - before == (blocks if direct else 0)
         results.append(out)
     np.testing.assert_allclose(*results, rtol=1e-5, atol=1e-5 * np.abs(results[1]).max())
 
@@ -1060,6 +1075,40 @@ def test_parallel_copy_matches_numpy(case):
     dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
     copy(dst, src, threads=2, limits=LIMITS)
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))
+
+
+SHORT_ROWS = {  # name: (source, destination shape); rows of at most 64 bytes are masked
+    # moves, a longer one memcpy's
+    "a weight gradient's taps": (lambda rng: rng.standard_normal((3, 40, 64, 3))
+                                 .astype("float32").transpose(1, 2, 0, 3), (40, 64, 3, 3)),
+    "rows of 64 bytes": (lambda rng: rng.standard_normal((5, 30, 8)).transpose(1, 0, 2),
+                         (30, 5, 8)),
+    "rows of 68 bytes": (lambda rng: rng.standard_normal((5, 30, 17)).astype("float32")
+                         .transpose(1, 0, 2), (30, 5, 17)),
+    "flipped, one row a block": (lambda rng: rng.standard_normal((9, 7, 5)).astype("float32")
+                                 [::-1, ::-2], (9, 4, 5)),
+    "im2col": (lambda rng: np.lib.stride_tricks.as_strided(
+        rng.standard_normal((2, 16, 6, 6)).astype("float32"), (16, 3, 3, 2, 4, 4),
+        (144, 24, 4, 2304, 24, 4)), (16, 3, 3, 2, 4, 4)),
+}
+
+
+@pytest.mark.parametrize("case", list(SHORT_ROWS))
+@pytest.mark.parametrize("threads", [1, 2])
+def test_short_rows_copy_matches_numpy(case, threads):
+    """Copies of short contiguous rows (a weight gradient laid out by taps, im2col's rows
+    of 4): each row one masked move where AVX-512 has them, in a loop over a dimension
+    that keeps both sides near (``copy._local_rows_inside``: the weight gradient's
+    channels, not its taps, which lie far apart in the source)."""
+    from tegrad.backends.cpu.copy import CopyCall, copy
+
+    make, shape = SHORT_ROWS[case]
+    src = make(np.random.default_rng(7))
+    dst = np.zeros((shape[0] + 2, *shape[1:]), src.dtype)[1:-1]
+    copy(dst, src, threads=threads, limits=(1, 1))
+    np.testing.assert_array_equal(dst, src)
+    if case == "a weight gradient's taps":
+        assert list(CopyCall(dst, src, LIMITS).shape[-2:]) == [64, 3]
 
 
 @pytest.mark.parametrize("source", ["contiguous", "strided"])

@@ -668,6 +668,19 @@ def test_row_widening_is_exercised():
     assert match_contraction(dW).pieces[0].widen is None
 
 
+def test_row_widening_wastes_at_most_a_third():
+    """Rows of 6 padded to 8 are widened (a third more columns); rows of 4 padded to 6
+    (half as many again: a 3x3 convolution of 4x4 images) are not, unless
+    ``max_waste`` allows it, and the values match either way."""
+    for width, padded, widened in ((6, 8, True), (4, 6, False)):
+        _, _, Y, _, _ = _conv_problem((2, 3, 5, width, 4, 3, 3, 1, 1, 1, 1))
+        piece = match_contraction(Y).pieces[0]
+        assert (piece.widen is not None) == widened
+        loose = match_contraction(Y, max_waste=0.5).pieces[0]
+        assert loose.widen is not None and loose.widen[1] == padded
+        assert_matches(Y, "contraction")
+
+
 def _copied_shapes(monkeypatch, **settings):
     """``(shapes, host)``: a host whose copies record their shapes in ``shapes``, with
     ``settings`` (``HostOps`` fields), the engine's layout choices forgotten so that they

@@ -106,6 +106,7 @@ class Options:
     merge_products: bool = True  # two products of one operand made as one (merge.py)
     keep_step_kernels: bool = True  # a scan's step values its backward reads kept (saved_steps)
     max_widened_step: int = 4  # largest column step of a widened product output (contraction)
+    max_widened_waste: float = 1 / 3  # a widened row at most this much longer (contraction)
     max_inline_ratio: float = 2.0  # a producer inlined at up to this many evaluations a point
     max_cheap_inline_ratio: float = 9.0  # ... when it is cheap (fusion.py)
     views: bool = True  # a re-indexing whose readers take strides made as a view (views.py)

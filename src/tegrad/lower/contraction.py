@@ -80,12 +80,17 @@ class _NoMatch(Exception):
     pass
 
 
-def match_contraction(t: Compute, max_widened_step: int = 4, thin: int = 0
-                      ) -> Contraction | None:
+MIN_WIDENED = 4  # a shorter output row is not widened (``widening``)
+MAX_WIDENED_WASTE = 1 / 3  # nor one that its widening makes longer by more than this
+
+
+def match_contraction(t: Compute, max_widened_step: int = 4, thin: int = 0,
+                      max_waste: float = MAX_WIDENED_WASTE) -> Contraction | None:
     """``t`` as a contraction, or None; an output column of a widened piece steps by at
     most ``max_widened_step`` (``Options.max_widened_step``, see ``widening``); a strided
     read of a thin output is not split into phases (``thin``: ``Options.thin_batch``, see
-    ``phase_split``)."""
+    ``phase_split``); a widened row is at most ``max_waste`` longer than its output row
+    (``Options.max_widened_waste``)."""
     if not isinstance(t, Compute):
         return None
     body = t.body
@@ -100,7 +105,7 @@ def match_contraction(t: Compute, max_widened_step: int = 4, thin: int = 0
     pieces = []
     try:
         for s in splits:
-            p = _piece(s, max_widened_step, thin)
+            p = _piece(s, max_widened_step, thin, max_waste)
             if p is not None:
                 pieces.append(p)
     except _NoMatch:
@@ -133,7 +138,8 @@ def _apart(p: Piece, q: Piece) -> bool:
 # --------------------------------------------------------------------------------------
 
 
-def _piece(s: Split, max_widened_step: int, thin: int = 0) -> Piece | None:
+def _piece(s: Split, max_widened_step: int, thin: int = 0,
+           max_waste: float = 1 / 3) -> Piece | None:
     """The piece, None when it is identically zero; raises _NoMatch."""
     source, where = s.exprs
     factors: list[tuple[Tensor, list[tuple[dict, int]]]] = []
@@ -165,7 +171,7 @@ def _piece(s: Split, max_widened_step: int, thin: int = 0) -> Piece | None:
     )
     piece = phase_split(piece, thin)
     ranges = {v: (lo, hi) for v, lo, hi in piece.ranges}
-    return replace(piece, widen=widening(piece, ranges, max_widened_step))
+    return replace(piece, widen=widening(piece, ranges, max_widened_step, max_waste))
 
 
 def _freeze(form) -> AffineIndex:
@@ -401,10 +407,7 @@ def index_range(form: AffineIndex, ranges: dict) -> tuple[int, int]:
     return lo, hi
 
 
-MIN_WIDENED = 4  # a shorter output row is not widened (``widening``)
-
-
-def widening(p: Piece, ranges: dict, max_step: int = 4):
+def widening(p: Piece, ranges: dict, max_step: int = 4, waste: float = MAX_WIDENED_WASTE):
     """Row widening, for an im2col-style read ``X[..., y + r, x + s]`` (stride 1):
     give ``x`` the extent of the padded row width ``P`` so that ``(y, x)`` become one
     dimension of length ``ext(y) * P`` in every factor that reads them, and the copy that
@@ -417,11 +420,15 @@ def widening(p: Piece, ranges: dict, max_step: int = 4):
     input gradient: its product, written to a temporary anyway, loops over the two shifted
     taps instead of copying them im2col-style; ``benchmarks/bench_ab.py --knob widen --case
     conv2d_s2`` measures it). A row of ``n`` columns is widened by at most ``n // 8 + 2``
-    columns, and a row of fewer than ``MIN_WIDENED`` not at all: at 2 x 2, the widened row
-    of 4 doubled a 3 x 3 convolution's product to save an im2col copy that is small beside
-    it, and a weight gradient's 3 taps widened to 4 came out in a layout that cost a copy
-    of the whole weight (ResNet-18's ``layer4`` weight gradient: 16 ms, 3.3 ms unwidened,
-    torch 10, 1 thread).
+    columns and by at most ``waste`` of ``n`` (``Options.max_widened_waste``, a third:
+    4x4 images' rows of 4 widened to 6 made a 3x3 convolution's products half as large
+    again, more than the im2col copy saves; ResNet-18's ``layer3`` 3x3 convolution, 256
+    channels, fwd+bwd 9.5 ms widened and 8.0 unwidened, 1 thread, one A/B run of
+    ``bench_layers`` rows), and a row of fewer than ``MIN_WIDENED`` not at all: at 2 x 2,
+    the widened row of 4 doubled a 3 x 3 convolution's product to save an im2col copy that
+    is small beside it, and a weight gradient's 3 taps widened to 4 came out in a layout
+    that cost a copy of the whole weight (ResNet-18's ``layer4`` weight gradient: 16 ms,
+    3.3 ms unwidened, torch 10, 1 thread).
     Returns ``(x, P, ((factor position, dim), ...))`` for the pair that wastes least, or
     None."""
     best = None
@@ -432,13 +439,13 @@ def widening(p: Piece, ranges: dict, max_step: int = 4):
         for x, cx in last:
             for y, cy in before:
                 if cx == 1 and cy == 1 and x is not y:
-                    got = _widen_pair(p, ranges, x, y, max_step)
+                    got = _widen_pair(p, ranges, x, y, max_step, waste)
                     if got is not None and (best is None or got[1] < best[1]):
                         best = got
     return best
 
 
-def _widen_pair(p: Piece, ranges, x, y, max_step: int):
+def _widen_pair(p: Piece, ranges, x, y, max_step: int, waste: float):
     if x not in p.out_vars:
         return None
     dims, overlap = {}, False
@@ -464,6 +471,7 @@ def _widen_pair(p: Piece, ranges, x, y, max_step: int):
     width = max(hi - lo + 1 for lo, hi in (index_range(p.factors[k].index[m], ranges)
                                            for k, m in dims.items()))
     n = ranges[x][1] - ranges[x][0] + 1
-    if width <= n or n < MIN_WIDENED or width > n + n // 8 + 2:  # (see the docstring)
+    if (width <= n or n < MIN_WIDENED or width > n + n // 8 + 2  # (see the docstring)
+            or width - n > waste * n):
         return None
     return x, width, tuple(dims.items())

@@ -55,10 +55,10 @@ def _fused(made: Plan, options: Options) -> Plan:
 
 
 def _planned(outputs: list[Tensor], given: set, options: Options) -> Plan:
-    widened, thin = options.max_widened_step, options.thin_batch
+    widened, thin, waste = options.max_widened_step, options.thin_batch, options.max_widened_waste
 
     def form(t: Compute) -> Kernel | None:
-        found = match_contraction(t, widened, thin)
+        found = match_contraction(t, widened, thin, waste)
         if found is not None:
             return Contraction(t, found)
         found = match_scatter(t)

@@ -3,7 +3,10 @@
 A contraction lays its operands out for BLAS (zero padding, im2col for a convolution):
 copies of tens of megabytes that NumPy makes on one core. ``copy`` makes them with the
 same OpenMP threads as the kernels and the products (``gemm.py``), split over the outer
-index space; the innermost dimension is a ``memcpy`` where both sides are contiguous.
+index space; the innermost dimension is a ``memcpy`` where both sides are contiguous, or,
+in rows of at most ``SHORT_ROW_BYTES`` (a 3x3 weight's 12 bytes, im2col's rows of 4), one
+masked move per row (AVX-512), in a loop over the dimension second to last, chosen to keep
+both sides near (``_local_rows_inside``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ _HELPER = r"""
 #include <string.h>
 #include <stdint.h>
 #include <omp.h>
+#ifdef __AVX512BW__
+#include <immintrin.h>
+#endif
 #define TILE 32
 #define MAX_DIMS 64
 
@@ -33,6 +39,12 @@ static inline void offsets(long f, int k, const long *shape, const long *ds, con
     *doff += i * ds[d];
     *soff += i * ss[d];
   }
+}
+
+static long outer_of(int k, const long *shape) {
+  long outer = 1;
+  for (int d = 0; d < k; d++) outer *= shape[d];
+  return outer;
 }
 
 void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long *ds,
@@ -73,6 +85,41 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
   }
   long outer = 1;
   int k = pair || unpair ? ndim - 2 : ndim - 1;
+#ifdef __AVX512BW__
+  /* a short contiguous row (a 3x3 weight's 12 bytes) is one masked move, not a call of
+     memcpy, which costs several times more per row */
+  long bytes = n * size;
+  int masked = dl == size && sl == size && bytes <= 64;
+  __mmask64 mask = bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1;
+  if (masked && k >= 1) {  /* rows of the dimension second to last moved in one loop */
+    long m2 = shape[k - 1], d2 = ds[k - 1], s2 = ss[k - 1], outer2 = outer_of(k - 1, shape);
+    #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
+    {
+      int t = omp_get_thread_num(), threads = omp_get_num_threads();
+      long lo = outer2 * t / threads, hi = outer2 * (t + 1) / threads, doff, soff;
+      long index[MAX_DIMS], rest = lo;
+      for (int d = k - 2; d >= 0; d--) { index[d] = rest % shape[d]; rest /= shape[d]; }
+      offsets(lo, k - 1, shape, ds, ss, &doff, &soff);
+      for (long f = lo; f < hi; f++) {
+        char *dp = dst + doff;
+        const char *sp = src + soff;
+        for (long i = 0; i < m2; i++, dp += d2, sp += s2)
+          _mm512_mask_storeu_epi8(dp, mask, _mm512_maskz_loadu_epi8(mask, sp));
+        for (int d = k - 2; d >= 0; d--) {  /* the odometer, as below */
+          doff += ds[d];
+          soff += ss[d];
+          if (++index[d] < shape[d]) break;
+          doff -= shape[d] * ds[d];
+          soff -= shape[d] * ss[d];
+          index[d] = 0;
+        }
+      }
+    }
+    return;
+  }
+#else
+  int masked = 0;
+#endif
   for (int d = 0; d < k; d++) outer *= shape[d];
   #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
   {
@@ -99,6 +146,10 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
           for (long i = 0; i < n; i++) { d0[i] = s0[2 * i]; d1[i] = s0[2 * i + 1]; }
         else
           for (long i = 0; i < n; i++) { d0[i] = s0[2 * i]; d1[i] = s0[2 * i - 1]; }
+      } else if (masked) {
+#ifdef __AVX512BW__
+        _mm512_mask_storeu_epi8(dp, mask, _mm512_maskz_loadu_epi8(mask, sp));
+#endif
       } else if (dl == size && sl == size) memcpy(dp, sp, n * size);
       else if (size == 4 && dl == 4 && sl == 8)  /* a stride-2 read: vectorized */
         for (long i = 0; i < n; i++) ((uint32_t *)dp)[i] = ((const uint32_t *)sp)[2 * i];
@@ -141,6 +192,27 @@ def helper():
                  ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int])
 
 
+SHORT_ROW_BYTES = 64  # a contiguous row this short is one masked move (tg_copy)
+LOCAL_BYTES = 4096  # a dimension whose strides are this small walks within a few pages
+
+
+def _local_rows_inside(dims: list[int], dst: np.ndarray, src: np.ndarray) -> list[int]:
+    """Outer ``dims`` with the longest one that steps by at most ``LOCAL_BYTES`` on both
+    sides moved second to last, where it is longer than the one there: short rows then
+    follow each other through both arrays. A weight gradient laid out ``(r, o, c, s)`` and
+    copied to ``(o, c, r, s)`` walks ``c``, reading ``src`` in order and writing within one
+    ``o``'s block, where in ``dst``'s order each row read from one of three far-apart
+    places (256 channels: 0.7 ms, 0.24 this way, 1 thread)."""
+    local = [k for k in dims if abs(dst.strides[k]) <= LOCAL_BYTES
+             and abs(src.strides[k]) <= LOCAL_BYTES]
+    if not local:
+        return dims
+    best = max(local, key=lambda k: dst.shape[k])
+    if dst.shape[best] <= dst.shape[dims[-1]]:
+        return dims
+    return [k for k in dims if k != best] + [best]
+
+
 class CopyCall:
     """One ``tg_copy`` call but for its two addresses, replayable on other arrays of the
     same layout (``replay.py``); a copy under ``limits[0]`` elements (a transpose under
@@ -156,6 +228,9 @@ class CopyCall:
         phases = [k for k in dims if dst.shape[k] == 2 and abs(src.strides[k]) == dst.itemsize]
         if phases and dst.itemsize == 4 and dst.strides[last] == 4 and src.strides[last] == 8:
             dims = [k for k in dims if k != phases[0]] + phases[:1]
+        elif dims and dst.strides[last] == src.strides[last] == dst.itemsize \
+                and dst.shape[last] * dst.itemsize <= SHORT_ROW_BYTES:
+            dims = _local_rows_inside(dims, dst, src)
         dims.append(last)
         self.ndim = len(dims)
         self.shape = np.array([dst.shape[k] for k in dims], np.int64)

@@ -79,6 +79,14 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   if (chunks < 1) chunks = 1;
   long items = batch * chunks;
   int threads = (double)M * N * K * nterms >= MIN_PARALLEL_MACS ? nthreads : 1;
+#ifdef TG_TERMS
+  /* A shared by every product of a batch (a convolution's weights: sa == 0), split by
+     columns: packed once for them all, and then worth it for a batch of narrow products */
+  const float *shared = 0;
+  if (!dbl && sa == 0 && !by_rows && batch > 1 && !tb && M >= TG_MR
+      && N * batch >= TG_MIN_COLS && (nterms > 1 || K <= TG_MAX_DEPTH))
+    shared = tg_terms_pack(M, K, (const float *)A, lda, ta, terms, nterms);
+#endif
   #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
   for (long w = 0; w < items; w++) {
     long b = w / chunks, c = w % chunks;
@@ -90,6 +98,13 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     else { bb += (tb ? lo * ldb : lo) * size; cc += lo * size; n = hi - lo; }
     if (m <= 0 || n <= 0) continue;
 #ifdef TG_TERMS
+    if (shared) {
+      tg_terms_packed(m, n, K, shared, (const float *)bb, ldb, (float *)cc, ldc, terms,
+                      nterms, acc);
+      #pragma omp atomic
+      tg_term_blocks++;
+      continue;
+    }
     if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH || n >= TG_DEEP_MIN_COLS) && !tb
         && m >= TG_MR && n >= TG_MIN_COLS
         && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
@@ -109,6 +124,9 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
                       lda, (const float *)bt, ldb, t || acc ? 1.0f : 0.0f, (float *)cc, ldc);
     }
   }
+#ifdef TG_TERMS
+  free((void *)shared);
+#endif
 }
 """
 MIN_PARALLEL_MACS = 1 << 20  # smaller products run on the calling thread

@@ -16,9 +16,16 @@ read where they lie, shifted. ``A`` (the small operand) is packed once per call 
 ``[row block][t][k][TG_MR]``, zero rows past ``M``; a tile of ``TG_MR`` rows by
 ``TG_NR`` columns keeps ``TG_MR x 3`` vector accumulators (24 of AVX-512's 32 registers)
 and, per ``(t, k)``, loads three vectors of ``B``'s row and broadcasts ``TG_MR`` values
-of ``A`` into 24 fused multiply-adds. Columns past ``N`` are masked, in loads and stores
-(no element outside the operands is read). Tiles sweep a strip of columns per row block,
-as wide as keeps the ``B`` rows it reads within ``TG_TILE_BYTES`` (in L2).
+of ``A`` into 24 fused multiply-adds. A strip's last tile keeps only the vectors its
+columns need (a tail of 32 columns is two vectors' work, not three), and columns past
+``N`` are masked, in loads and stores (no element outside the operands is read). Tiles
+sweep a strip of columns per row block, as wide as keeps the ``B`` rows it reads within
+``TG_TILE_BYTES`` (in L2).
+
+A batch of products that share ``A`` (a convolution's weights, batch stride 0, split by
+columns) packs it once for them all (``tg_gemm``), where each product packed it again:
+then even products narrower than ``MIN_COLS`` (8x8 images' 80 widened columns) take the
+kernel, since the pack is paid once per batch.
 
 Shifted sums and shallow single products (``K`` 64-256, 128 or more columns) beat MKL's
 calls; narrower ones, and a transposed ``B`` copied to rows first, do not, so they stay
@@ -65,55 +72,54 @@ SOURCE = f"""
 #define TG_NR 48
 #define TG_TILE_BYTES (1L << 18)  /* the B rows one column strip of tiles reads */
 
-/* one tile: rows < TG_MR of C, cols <= TG_NR; ap packed [t][k][TG_MR]; b at the tile's
-   first column of the first term; terms[2t + 1]: term t's offset of B */
-static void tg_terms_tile(const float *ap, const float *b, long ldb, const long *terms,
-                          long nterms, long K, float *c, long ldc, int rows, int cols,
-                          int acc) {
-  __m512 s[TG_MR][3];
-#pragma GCC unroll 8
-  for (int i = 0; i < TG_MR; i++)
-    s[i][0] = s[i][1] = s[i][2] = _mm512_setzero_ps();
-  __mmask16 m0 = cols >= 16 ? 0xffff : (__mmask16)((1u << cols) - 1);
-  __mmask16 m1 = cols >= 32 ? 0xffff : cols > 16 ? (__mmask16)((1u << (cols - 16)) - 1) : 0;
-  __mmask16 m2 = cols >= 48 ? 0xffff : cols > 32 ? (__mmask16)((1u << (cols - 32)) - 1) : 0;
-  for (long t = 0; t < nterms; t++) {
-    const float *bt = b + terms[2 * t + 1];
-    for (long k = 0; k < K; k++, ap += TG_MR) {
-      const float *row = bt + k * ldb;
-      __m512 b0 = _mm512_maskz_loadu_ps(m0, row);
-      __m512 b1 = _mm512_maskz_loadu_ps(m1, row + 16);
-      __m512 b2 = _mm512_maskz_loadu_ps(m2, row + 32);
-#pragma GCC unroll 8
-      for (int i = 0; i < TG_MR; i++) {
-        __m512 x = _mm512_set1_ps(ap[i]);
-        s[i][0] = _mm512_fmadd_ps(x, b0, s[i][0]);
-        s[i][1] = _mm512_fmadd_ps(x, b1, s[i][1]);
-        s[i][2] = _mm512_fmadd_ps(x, b2, s[i][2]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int i = 0; i < TG_MR; i++) {  /* unrolled: the accumulators stay in registers */
-    if (i >= rows) break;
-    float *out = c + i * ldc;
-    if (acc) {
-      s[i][0] = _mm512_add_ps(s[i][0], _mm512_maskz_loadu_ps(m0, out));
-      s[i][1] = _mm512_add_ps(s[i][1], _mm512_maskz_loadu_ps(m1, out + 16));
-      s[i][2] = _mm512_add_ps(s[i][2], _mm512_maskz_loadu_ps(m2, out + 32));
-    }
-    _mm512_mask_storeu_ps(out, m0, s[i][0]);
-    _mm512_mask_storeu_ps(out + 16, m1, s[i][1]);
-    _mm512_mask_storeu_ps(out + 32, m2, s[i][2]);
-  }
+/* one tile: rows < TG_MR of C, cols <= 16 NV (the tile's vectors); ap packed
+   [t][k][TG_MR]; b at the tile's first column of the first term; terms[2t + 1]: term t's
+   offset of B. Written once per NV (1, 2, 3): a tail of 32 columns is two vectors' work,
+   not three with one masked out. */
+#define TG_TERMS_TILE(NV)                                                                \
+static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,                \
+                              const long *terms, long nterms, long K, float *c, long ldc, \
+                              int rows, int cols, int acc) {                             \
+  __m512 s[TG_MR][NV];                                                                   \
+  __mmask16 m[NV];                                                                       \
+  for (int v = 0; v < NV; v++) {                                                         \
+    int left = cols - 16 * v;                                                            \
+    m[v] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);                          \
+  }                                                                                      \
+  _Pragma("GCC unroll 8")                                                                \
+  for (int i = 0; i < TG_MR; i++)                                                        \
+    for (int v = 0; v < NV; v++) s[i][v] = _mm512_setzero_ps();                          \
+  for (long t = 0; t < nterms; t++) {                                                    \
+    const float *bt = b + terms[2 * t + 1];                                              \
+    for (long k = 0; k < K; k++, ap += TG_MR) {                                          \
+      const float *row = bt + k * ldb;                                                   \
+      __m512 bv[NV];                                                                     \
+      for (int v = 0; v < NV; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], row + 16 * v);   \
+      _Pragma("GCC unroll 8")                                                            \
+      for (int i = 0; i < TG_MR; i++) {                                                  \
+        __m512 x = _mm512_set1_ps(ap[i]);                                                \
+        for (int v = 0; v < NV; v++) s[i][v] = _mm512_fmadd_ps(x, bv[v], s[i][v]);      \
+      }                                                                                  \
+    }                                                                                    \
+  }                                                                                      \
+  _Pragma("GCC unroll 8")                                                                \
+  for (int i = 0; i < TG_MR; i++) {  /* unrolled: the accumulators stay in registers */  \
+    if (i >= rows) break;                                                                \
+    float *out = c + i * ldc;                                                            \
+    for (int v = 0; v < NV; v++) {                                                       \
+      if (acc) s[i][v] = _mm512_add_ps(s[i][v], _mm512_maskz_loadu_ps(m[v], out + 16 * v)); \
+      _mm512_mask_storeu_ps(out + 16 * v, m[v], s[i][v]);                                \
+    }                                                                                    \
+  }                                                                                      \
 }
+TG_TERMS_TILE(1)
+TG_TERMS_TILE(2)
+TG_TERMS_TILE(3)
 
-/* C (+)= sum_t A_t B_t over M x N, row-major C and B (B's rows contiguous), A row-major
-   or transposed (ta); terms[2t], terms[2t + 1]: term t's offsets of A and B. 0 when the
-   packing buffer cannot be had (the caller makes BLAS calls instead). */
-static int tg_terms_f32(long M, long N, long K, const float *a, long lda, int ta,
-                        const float *b, long ldb, float *c, long ldc, const long *terms,
-                        long nterms, int acc) {
+/* A's terms packed for the kernel, [row block][t][k][TG_MR], zero rows past M (aligned;
+   the caller frees it); NULL when the buffer cannot be had */
+static float *tg_terms_pack(long M, long K, const float *a, long lda, int ta,
+                            const long *terms, long nterms) {
   long depth = K * nterms, blocks = (M + TG_MR - 1) / TG_MR;
   size_t bytes = (size_t)(blocks * depth * TG_MR * sizeof(float) + 63) / 64 * 64;
   float *ap = aligned_alloc(64, bytes);
@@ -128,18 +134,45 @@ static int tg_terms_f32(long M, long N, long K, const float *a, long lda, int ta
           *p++ = i < M ? at[ta ? k * lda + i : i * lda + k] : 0.0f;
         }
     }
+  return ap;
+}
+
+/* C (+)= sum_t A_t B_t over M x N with A packed (tg_terms_pack), row-major C and B (B's
+   rows contiguous); terms[2t + 1]: term t's offset of B */
+static void tg_terms_packed(long M, long N, long K, const float *ap, const float *b,
+                            long ldb, float *c, long ldc, const long *terms, long nterms,
+                            int acc) {
+  long depth = K * nterms, blocks = (M + TG_MR - 1) / TG_MR;
   long strip = TG_TILE_BYTES / (depth * (long)sizeof(float)) / TG_NR * TG_NR;
   if (strip < TG_NR) strip = TG_NR;
   for (long j0 = 0; j0 < N; j0 += strip) {
     long j1 = j0 + strip < N ? j0 + strip : N;
     for (long blk = 0; blk < blocks; blk++) {
-      long rows = M - blk * TG_MR < TG_MR ? M - blk * TG_MR : TG_MR;
-      for (long j = j0; j < j1; j += TG_NR)
-        tg_terms_tile(ap + blk * depth * TG_MR, b + j, ldb, terms, nterms, K,
-                      c + blk * TG_MR * ldc + j, ldc, (int)rows,
-                      (int)(j1 - j < TG_NR ? j1 - j : TG_NR), acc);
+      int rows = (int)(M - blk * TG_MR < TG_MR ? M - blk * TG_MR : TG_MR);
+      const float *a = ap + blk * depth * TG_MR;
+      float *cb = c + blk * TG_MR * ldc;
+      for (long j = j0; j < j1; j += TG_NR) {
+        int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR);
+        if (cols > 32)
+          tg_terms_tile3(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
+        else if (cols > 16)
+          tg_terms_tile2(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
+        else
+          tg_terms_tile1(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
+      }
     }
   }
+}
+
+/* C (+)= sum_t A_t B_t over M x N, row-major C and B (B's rows contiguous), A row-major
+   or transposed (ta); terms[2t], terms[2t + 1]: term t's offsets of A and B. 0 when the
+   packing buffer cannot be had (the caller makes BLAS calls instead). */
+static int tg_terms_f32(long M, long N, long K, const float *a, long lda, int ta,
+                        const float *b, long ldb, float *c, long ldc, const long *terms,
+                        long nterms, int acc) {
+  float *ap = tg_terms_pack(M, K, a, lda, ta, terms, nterms);
+  if (!ap) return 0;
+  tg_terms_packed(M, N, K, ap, b, ldb, c, ldc, terms, nterms, acc);
   free(ap);
   return 1;
 }
