@@ -798,6 +798,10 @@ TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch[, A shared by
     "batched, A shared": (20, 16, 80, [0, 1, 2, 10, 11, 12, 20, 21, 22], False, (8,), True),
     "batched, A shared, transposed": (12, 8, 37, [0, 3], True, (3,), True),
     "batched, A shared, one product": (24, 64, 100, [0], False, (4,), True),
+    # more rows than columns: split by rows, each thread's block from the one pack (64
+    # rows: halves of 32, blocks of the pack), or not packed once (60: halves of 30)
+    "batched, A shared, rows split": (64, 16, 47, [0, 1, 2, 7, 8, 9], False, (3,), True),
+    "batched, A shared, rows split unaligned": (60, 16, 50, [0, 1], False, (3,), True),
     "tails of one vector": (8, 12, 16 * 3 + 16 + 5, [0, 1], False, ()),
 }
 
@@ -832,7 +836,8 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
 
 
 @pytest.mark.parametrize("case, blocks", [("nine taps", 2), ("one deep wide product", 2),
-                                          ("batched, A shared", 8)])
+                                          ("batched, A shared", 8),
+                                          ("batched, A shared, rows split", 6)])
 def test_term_kernel_runs_where_it_can(case, blocks):
     """On a processor with AVX-512 the helper has the kernel, and a float32 convolution's
     sum and a deep product wide enough take it for both threads' blocks (the helper's

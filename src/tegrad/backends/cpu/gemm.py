@@ -80,10 +80,13 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   long items = batch * chunks;
   int threads = (double)M * N * K * nterms >= MIN_PARALLEL_MACS ? nthreads : 1;
 #ifdef TG_TERMS
-  /* A shared by every product of a batch (a convolution's weights: sa == 0), split by
-     columns: packed once for them all, and then worth it for a batch of narrow products */
+  /* A shared by every product of a batch (a convolution's weights: sa == 0): packed once
+     for them all, and then worth it for a batch of narrow products; split by rows, each
+     block of rows must start a block of the pack */
   const float *shared = 0;
-  if (!dbl && sa == 0 && !by_rows && batch > 1 && !tb && M >= TG_MR
+  int aligned = 1;
+  for (long c = 0; by_rows && c < chunks; c++) aligned &= M * c / chunks % TG_MR == 0;
+  if (!dbl && sa == 0 && aligned && batch > 1 && !tb && M >= TG_MR
       && N * batch >= TG_MIN_COLS && (nterms > 1 || K <= TG_MAX_DEPTH))
     shared = tg_terms_pack(M, K, (const float *)A, lda, ta, terms, nterms);
 #endif
@@ -99,8 +102,9 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
     if (m <= 0 || n <= 0) continue;
 #ifdef TG_TERMS
     if (shared) {
-      tg_terms_packed(m, n, K, shared, (const float *)bb, ldb, (float *)cc, ldc, terms,
-                      nterms, acc);
+      const float *ap = shared + (by_rows ? lo / TG_MR * K * nterms * TG_MR : 0);
+      tg_terms_packed(m, n, K, ap, (const float *)bb, ldb, (float *)cc, ldc, terms, nterms,
+                      acc);
       #pragma omp atomic
       tg_term_blocks++;
       continue;
