@@ -76,19 +76,17 @@ SOURCE = f"""
 
 /* one tile: rows < TG_MR of C, cols <= 16 NV (the tile's vectors); ap packed
    [t][k][TG_MR]; b at the tile's first column of the first term; terms[2t + 1]: term t's
-   offset of B; whole: B's rows may be read in whole vectors (a packed tail, zero-padded).
-   Written once per NV (1, 2, 3): a tail of 32 columns is two vectors' work, not three
-   with one masked out. */
+   offset of B. Written once per NV (1, 2, 3): a tail of 32 columns is two vectors' work,
+   not three with one masked out. */
 #define TG_TERMS_TILE(NV)                                                                \
 static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,                \
                               const long *terms, long nterms, long K, float *c, long ldc, \
-                              int rows, int cols, int acc, int whole) {                  \
+                              int rows, int cols, int acc) {                             \
   __m512 s[TG_MR][NV];                                                                   \
-  __mmask16 m[NV], lm[NV];                                                               \
+  __mmask16 m[NV];                                                                       \
   for (int v = 0; v < NV; v++) {                                                         \
     int left = cols - 16 * v;                                                            \
     m[v] = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);                          \
-    lm[v] = whole ? 0xffff : m[v];                                                       \
   }                                                                                      \
   _Pragma("GCC unroll 8")                                                                \
   for (int i = 0; i < TG_MR; i++)                                                        \
@@ -98,7 +96,7 @@ static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,        
     for (long k = 0; k < K; k++, ap += TG_MR) {                                          \
       const float *row = bt + k * ldb;                                                   \
       __m512 bv[NV];                                                                     \
-      for (int v = 0; v < NV; v++) bv[v] = _mm512_maskz_loadu_ps(lm[v], row + 16 * v);  \
+      for (int v = 0; v < NV; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], row + 16 * v);   \
       _Pragma("GCC unroll 8")                                                            \
       for (int i = 0; i < TG_MR; i++) {                                                  \
         __m512 x = _mm512_set1_ps(ap[i]);                                                \
@@ -149,39 +147,6 @@ static void tg_terms_packed(long M, long N, long K, const float *ap, const float
   long depth = K * nterms, blocks = (M + TG_MR - 1) / TG_MR;
   long strip = TG_TILE_BYTES / (depth * (long)sizeof(float)) / TG_NR * TG_NR;
   if (strip < TG_NR) strip = TG_NR;
-  /* the last tile, where N is not a multiple of 16, reads a copy of its columns padded
-     with zeros to whole vectors: a load masked to part of a vector, once per (t, k) and
-     row block, made 8x8 images' products (63 columns) half as fast as 64 columns' */
-  float *tail = 0;
-  long *tail_terms = 0;
-  if (N % 16) {
-    long last = (N - 1) / strip * strip, j = last + (N - 1 - last) / TG_NR * TG_NR;
-    int cols = (int)(N - j), width = 16 * ((cols + 15) / 16);
-    __mmask16 mk[3];
-    for (int v = 0; v < 3; v++) {
-      int left = cols - 16 * v;
-      mk[v] = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-    }
-    tail = aligned_alloc(64, (size_t)(depth * width * sizeof(float) + 63) / 64 * 64);
-    tail_terms = malloc(2 * nterms * sizeof(long));
-    if (tail && tail_terms) {
-      for (long t = 0; t < nterms; t++) {
-        tail_terms[2 * t] = 0;
-        tail_terms[2 * t + 1] = t * K * width;
-        for (long k = 0; k < K; k++) {
-          const float *row = b + terms[2 * t + 1] + k * ldb + j;
-          float *out = tail + (t * K + k) * width;
-          for (int v = 0; v < width / 16; v++)
-            _mm512_store_ps(out + 16 * v, _mm512_maskz_loadu_ps(mk[v], row + 16 * v));
-        }
-      }
-    } else {
-      free(tail);
-      free(tail_terms);
-      tail = 0;
-      tail_terms = 0;
-    }
-  }
   for (long j0 = 0; j0 < N; j0 += strip) {
     long j1 = j0 + strip < N ? j0 + strip : N;
     for (long blk = 0; blk < blocks; blk++) {
@@ -189,27 +154,16 @@ static void tg_terms_packed(long M, long N, long K, const float *ap, const float
       const float *a = ap + blk * depth * TG_MR;
       float *cb = c + blk * TG_MR * ldc;
       for (long j = j0; j < j1; j += TG_NR) {
-        int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR), whole = 0;
-        const float *bj = b + j;
-        long ld = ldb;
-        const long *tt = terms;
-        if (tail && j + cols == N) {  /* the last tile: its packed copy, in whole vectors */
-          bj = tail;
-          ld = 16 * ((cols + 15) / 16);
-          tt = tail_terms;
-          whole = 1;
-        }
+        int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR);
         if (cols > 32)
-          tg_terms_tile3(a, bj, ld, tt, nterms, K, cb + j, ldc, rows, cols, acc, whole);
+          tg_terms_tile3(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
         else if (cols > 16)
-          tg_terms_tile2(a, bj, ld, tt, nterms, K, cb + j, ldc, rows, cols, acc, whole);
+          tg_terms_tile2(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
         else
-          tg_terms_tile1(a, bj, ld, tt, nterms, K, cb + j, ldc, rows, cols, acc, whole);
+          tg_terms_tile1(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
       }
     }
   }
-  free(tail);
-  free(tail_terms);
 }
 
 /* C (+)= sum_t A_t B_t over M x N, row-major C and B (B's rows contiguous), A row-major
