@@ -1104,7 +1104,8 @@ def test_short_rows_copy_matches_numpy(case, threads):
     """Copies of short contiguous rows (a weight gradient laid out by taps, im2col's rows
     of 4): each row one masked move where AVX-512 has them, in a loop over a dimension
     that keeps both sides near (``copy._local_rows_inside``: the weight gradient's
-    channels, not its taps, which lie far apart in the source)."""
+    channels, not its taps, which lie far apart in the source), dims that step by each
+    other's whole on both sides merged (``copy._merged``)."""
     from tegrad.backends.cpu.copy import CopyCall, copy
 
     make, shape = SHORT_ROWS[case]
@@ -1112,8 +1113,9 @@ def test_short_rows_copy_matches_numpy(case, threads):
     dst = np.zeros((shape[0] + 2, *shape[1:]), src.dtype)[1:-1]
     copy(dst, src, threads=threads, limits=(1, 1))
     np.testing.assert_array_equal(dst, src)
-    if case == "a weight gradient's taps":
-        assert list(CopyCall(dst, src, LIMITS).shape[-2:]) == [64, 3]
+    if case == "a weight gradient's taps":  # (o, c) one dim, as both sides step over it
+        call = CopyCall(dst, src, LIMITS)
+        assert list(call.shape[-2:]) == [40 * 64, 3] and list(call.ss[-2:]) == [12, 4]
 
 
 @pytest.mark.parametrize("source", ["contiguous", "strided"])

@@ -6,7 +6,9 @@ same OpenMP threads as the kernels and the products (``gemm.py``), split over th
 index space; the innermost dimension is a ``memcpy`` where both sides are contiguous, or,
 in rows of at most ``SHORT_ROW_BYTES`` (a 3x3 weight's 12 bytes, im2col's rows of 4), one
 masked move per row (AVX-512), in a loop over the dimension second to last, chosen to keep
-both sides near (``_local_rows_inside``).
+both sides near (``_local_rows_inside``). Dims that step by each other's whole on both
+sides are one dim first (``_merged``): a 3x3 weight's taps copied to a transposed layout
+are a transpose of 9 x C, not a walk over rows of 3.
 """
 
 from __future__ import annotations
@@ -196,21 +198,36 @@ SHORT_ROW_BYTES = 64  # a contiguous row this short is one masked move (tg_copy)
 LOCAL_BYTES = 4096  # a dimension whose strides are this small walks within a few pages
 
 
-def _local_rows_inside(dims: list[int], dst: np.ndarray, src: np.ndarray) -> list[int]:
-    """Outer ``dims`` with the longest one that steps by at most ``LOCAL_BYTES`` on both
-    sides moved second to last, where it is longer than the one there: short rows then
-    follow each other through both arrays. A weight gradient laid out ``(r, o, c, s)`` and
-    copied to ``(o, c, r, s)`` walks ``c``, reading ``src`` in order and writing within one
-    ``o``'s block, where in ``dst``'s order each row read from one of three far-apart
-    places (256 channels: 0.7 ms, 0.24 this way, 1 thread)."""
-    local = [k for k in dims if abs(dst.strides[k]) <= LOCAL_BYTES
-             and abs(src.strides[k]) <= LOCAL_BYTES]
+def _merged(axes: list[tuple]) -> list[tuple]:
+    """``axes`` (extent, dst stride, src stride), outer first, with each dim that steps on
+    both sides by the whole of the next one's (``dst[c, r, s]`` and ``src[c, r, s]`` with
+    ``(r, s)`` contiguous in both) folded into it: a 3x3 weight's taps, nine rows of one
+    element or one of nine."""
+    out = [axes[-1]]
+    for n, d, s in reversed(axes[:-1]):
+        m, dm, sm = out[-1]
+        if d == m * dm and s == m * sm:
+            out[-1] = (n * m, dm, sm)
+        else:
+            out.append((n, d, s))
+    return out[::-1]
+
+
+def _local_rows_inside(outer: list[tuple]) -> list[tuple]:
+    """The ``outer`` axes (extent, dst stride, src stride) with the longest one that steps
+    by at most ``LOCAL_BYTES`` on both sides moved second to last, where it is longer than
+    the one there: short rows then follow each other through both arrays. A weight
+    gradient laid out ``(r, o, c, s)`` and copied to ``(o, c, r, s)`` walks ``c``, reading
+    ``src`` in order and writing within one ``o``'s block, where in ``dst``'s order each
+    row read from one of three far-apart places (256 channels: 0.7 ms, 0.24 this way, 1
+    thread)."""
+    local = [a for a in outer if abs(a[1]) <= LOCAL_BYTES and abs(a[2]) <= LOCAL_BYTES]
     if not local:
-        return dims
-    best = max(local, key=lambda k: dst.shape[k])
-    if dst.shape[best] <= dst.shape[dims[-1]]:
-        return dims
-    return [k for k in dims if k != best] + [best]
+        return outer
+    best = max(local, key=lambda a: a[0])
+    if best[0] <= outer[-1][0]:
+        return outer
+    return [a for a in outer if a is not best] + [best]
 
 
 class CopyCall:
@@ -220,22 +237,24 @@ class CopyCall:
 
     def __init__(self, dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
         dims = [k for k, n in enumerate(dst.shape) if n != 1] or [dst.ndim - 1]  # <= MAX_DIMS
-        # outer dims in the destination's memory order: its writes then move forward
-        last = dims[-1]
-        dims = sorted(dims[:-1], key=lambda k: -abs(dst.strides[k]))
-        # but a stride-2 read's two phases (src[2i], src[2i +- 1]) second to last, so that
-        # the helper splits each source row once
-        phases = [k for k in dims if dst.shape[k] == 2 and abs(src.strides[k]) == dst.itemsize]
-        if phases and dst.itemsize == 4 and dst.strides[last] == 4 and src.strides[last] == 8:
-            dims = [k for k in dims if k != phases[0]] + phases[:1]
-        elif dims and dst.strides[last] == src.strides[last] == dst.itemsize \
-                and dst.shape[last] * dst.itemsize <= SHORT_ROW_BYTES:
-            dims = _local_rows_inside(dims, dst, src)
-        dims.append(last)
-        self.ndim = len(dims)
-        self.shape = np.array([dst.shape[k] for k in dims], np.int64)
-        self.ds = np.array([dst.strides[k] for k in dims], np.int64)
-        self.ss = np.array([src.strides[k] for k in dims], np.int64)
+        # (extent, dst stride, src stride) per dim: the outer ones in the destination's
+        # memory order (its writes then move forward), the last one last
+        axes = [(dst.shape[k], dst.strides[k], src.strides[k]) for k in dims]
+        last = axes[-1]
+        axes = _merged([*sorted(axes[:-1], key=lambda a: -abs(a[1])), last])
+        outer, last = axes[:-1], axes[-1]
+        size = dst.itemsize
+        # a stride-2 read's two phases (src[2i], src[2i +- 1]) second to last, so that the
+        # helper splits each source row once
+        phases = [a for a in outer if a[0] == 2 and abs(a[2]) == size]
+        if phases and size == 4 and last[1] == 4 and last[2] == 8:
+            outer = [a for a in outer if a is not phases[0]] + phases[:1]
+        elif outer and last[1] == last[2] == size and last[0] * size <= SHORT_ROW_BYTES:
+            outer = _local_rows_inside(outer)
+        axes = [*outer, last]
+        self.ndim = len(axes)
+        self.shape, self.ds, self.ss = (np.array([a[j] for a in axes], np.int64)
+                                        for j in range(3))
         self.addresses = (self.shape.ctypes.data, self.ds.ctypes.data, self.ss.ctypes.data)
         self.itemsize = dst.itemsize
         transpose = self.ndim >= 2 and self.ds[-1] == dst.itemsize != self.ss[-1]
