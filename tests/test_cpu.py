@@ -1092,6 +1092,15 @@ SHORT_ROWS = {  # name: (source, destination shape); rows of at most 64 bytes ar
                          .transpose(1, 0, 2), (30, 5, 17)),
     "flipped, one row a block": (lambda rng: rng.standard_normal((9, 7, 5)).astype("float32")
                                  [::-1, ::-2], (9, 4, 5)),
+    # rows gathered a line apart: cut in chunks of 16 (a weight laid out in a stride-2
+    # convolution's phases), or a transpose where an outer axis is contiguous in the source
+    "a weight's phases": (lambda rng: np.lib.stride_tricks.as_strided(
+        rng.standard_normal((48, 8, 4, 4)).astype("float32"), (2, 2, 2, 2, 8, 48),
+        (16, 4, 32, 8, 64, 512)), (2, 2, 2, 2, 8, 48)),
+    "a weight's taps transposed": (lambda rng: rng.standard_normal((40, 6, 3, 3))
+                                   .astype("float32").transpose(1, 2, 3, 0), (6, 3, 3, 40)),
+    "rows of 40 a line apart": (lambda rng: rng.standard_normal((40, 3, 7, 5))
+                                .transpose(2, 1, 3, 0), (7, 3, 5, 40)),
     "im2col": (lambda rng: np.lib.stride_tricks.as_strided(
         rng.standard_normal((2, 16, 6, 6)).astype("float32"), (16, 3, 3, 2, 4, 4),
         (144, 24, 4, 2304, 24, 4)), (16, 3, 3, 2, 4, 4)),
@@ -1105,7 +1114,8 @@ def test_short_rows_copy_matches_numpy(case, threads):
     of 4): each row one masked move where AVX-512 has them, in a loop over a dimension
     that keeps both sides near (``copy._local_rows_inside``: the weight gradient's
     channels, not its taps, which lie far apart in the source), dims that step by each
-    other's whole on both sides merged (``copy._merged``)."""
+    other's whole on both sides merged (``copy._merged``); and rows that gather elements a
+    line apart, as a tiled transpose or in chunks (``copy._gathered_rows``)."""
     from tegrad.backends.cpu.copy import CopyCall, copy
 
     make, shape = SHORT_ROWS[case]
@@ -1113,9 +1123,14 @@ def test_short_rows_copy_matches_numpy(case, threads):
     dst = np.zeros((shape[0] + 2, *shape[1:]), src.dtype)[1:-1]
     copy(dst, src, threads=threads, limits=(1, 1))
     np.testing.assert_array_equal(dst, src)
+    call = CopyCall(dst, src, LIMITS)
     if case == "a weight gradient's taps":  # (o, c) one dim, as both sides step over it
-        call = CopyCall(dst, src, LIMITS)
         assert list(call.shape[-2:]) == [40 * 64, 3] and list(call.ss[-2:]) == [12, 4]
+    if case == "a weight's phases":  # chunks of 16 outermost, the source's order inside
+        assert call.shape[0] == 3 and call.shape[-1] == 16 and list(call.ss[1:-1]) == [
+            64, 32, 16, 8, 4]
+    if case == "a weight's taps transposed":  # (the taps merged: the transpose's rows)
+        assert list(call.shape) == [54, 40] and call.ss[-2] == 4
 
 
 @pytest.mark.parametrize("source", ["contiguous", "strided"])

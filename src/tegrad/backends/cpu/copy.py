@@ -213,6 +213,32 @@ def _merged(axes: list[tuple]) -> list[tuple]:
     return out[::-1]
 
 
+GATHER_BYTES = 64  # a last dim whose source elements lie a line apart: see _gathered_rows
+TRANSPOSE_ROWS = 8  # an axis this long, contiguous in the source, is a transpose's rows
+CHUNK = 16  # the destination's rows gathered in chunks of this (one line of float32)
+
+
+def _gathered_rows(outer: list[tuple], last: tuple, size: int) -> tuple[list, tuple]:
+    """``(outer, last)`` for a copy whose contiguous destination rows gather source
+    elements a line or more apart (a weight ``[o, c, taps]`` laid out ``[taps, c, o]``).
+
+    Where an outer axis is contiguous in the source and at least ``TRANSPOSE_ROWS`` long,
+    it goes second to last: the helper's tiled transpose. Else the rows are cut into
+    chunks of ``CHUNK`` elements, the chunks outermost and the outer axes in the source's
+    order inside: the ``CHUNK`` source lines one chunk reads then serve the next outer
+    indices too, where a whole row's hundreds of lines were read again from L2 for each
+    (a stride-2 convolution's 64 x 128 weights in 2 x 2 x 2 x 2 phases: 0.39 ms)."""
+    rows = [a for a in outer if abs(a[2]) == size and a[0] >= TRANSPOSE_ROWS]
+    if rows:
+        best = max(rows, key=lambda a: a[0])
+        return [a for a in outer if a is not best] + [best], last
+    n, d, s = last
+    if n <= CHUNK or n % CHUNK:
+        return outer, last
+    inner = sorted(outer, key=lambda a: -abs(a[2]))
+    return [(n // CHUNK, CHUNK * d, CHUNK * s), *inner], (CHUNK, d, s)
+
+
 def _local_rows_inside(outer: list[tuple]) -> list[tuple]:
     """The ``outer`` axes (extent, dst stride, src stride) with the longest one that steps
     by at most ``LOCAL_BYTES`` on both sides moved second to last, where it is longer than
@@ -251,6 +277,8 @@ class CopyCall:
             outer = [a for a in outer if a is not phases[0]] + phases[:1]
         elif outer and last[1] == last[2] == size and last[0] * size <= SHORT_ROW_BYTES:
             outer = _local_rows_inside(outer)
+        elif outer and last[1] == size and abs(last[2]) >= GATHER_BYTES:
+            outer, last = _gathered_rows(outer, last, size)
         axes = [*outer, last]
         self.ndim = len(axes)
         self.shape, self.ds, self.ss = (np.array([a[j] for a in axes], np.int64)
