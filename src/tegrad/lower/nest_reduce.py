@@ -26,7 +26,8 @@ Sibling reductions (the same ranges, no ``where``, placed in the same block, ind
 of each other) share one loop: a layer-norm backward reads each row once for its three
 sums. The innermost loop of float sums and products, and of max/min, vectorizes with the
 accumulators carried as reductions (``Loop.simd_reductions``), which keeps the order of a
-float sum a target may reassociate only when told (no ``-ffast-math``).
+float sum a target may reassociate only when told (no ``-ffast-math``), where its axis
+has at least ``SIMD_MIN_EXTENT`` points.
 """
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ from .strides import gathers_along
 
 FUSABLE = ("sum", "prod", "max", "min")  # reductions that may share a loop
 SIMD_KINDS = ("sum", "prod", "max", "min")  # carried as reductions by a vectorized loop
+# a reduction loop of fewer points stays scalar: its vector loop's set-up and tail cost
+# more than they save (a depthwise 3x3 weight gradient of 7x7 images, rows of at most 7:
+# 2.3 ms vectorized, 1.1 ms scalar, 384 channels, N=8, 1 thread)
+SIMD_MIN_EXTENT = 8
 
 
 def nan_flagged(e: Reduce) -> bool:
@@ -128,6 +133,7 @@ class ReduceLowering(ExprLowering):
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
                 and not innermost_loop.checks() and e.axes[-1] not in points
                 and not gathers_along(e.source, e.axes[-1])
+                and e.axes[-1].extent >= SIMD_MIN_EXTENT
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):
