@@ -289,3 +289,32 @@ def test_a_grouped_one_dimensional_kernel_with_a_triangular_window():
     got = tg.build([X], [T3, T4], target="cpu", options=options)(a)
     np.testing.assert_allclose(got[0], t3, rtol=1e-5)
     np.testing.assert_allclose(got[1], np.log1p(t3 * t3), rtol=1e-5)
+
+
+def test_a_sum_picked_by_an_index_inside_an_unrolled_loop():
+    """``T3[i, j] = sum_{rk in [1, 3)} |T2[rk, i, j]| + T2[rk, i, j] / 2, where rk ==
+    Z[i, j]`` (seed 109042), its loop over ``rk`` not unrolled by tegrad (``unroll=0``)
+    nor bounded by ``Z`` (``value_bounds``): gcc 12.2 unrolled that loop and the one over
+    ``j`` whole on its own, vectorized the loop around them, and dropped ``rk = 2``
+    (``cpu/compiler.py``'s flags now keep it from unrolling whole what is not asked)."""
+    Y = tg.placeholder((3, 6, 6), "float64", name="Y")
+    Z = tg.placeholder((6, 6), "int64", name="Z")
+    T1 = tg.compute((3, 6, 6), lambda i, j, k: Y[2 - i, j, k], name="T1")
+    T2 = tg.compute((3, 6, 6), lambda i, j, k: T1[tg.minimum(tg.maximum(i + 1, 0), 2), j, k],
+                    name="T2")
+    rk = tg.reduce_axis((1, 3), "rk")
+    def picked(i, j):
+        term = tg.abs(T2[rk, i, j]) + 0.5 * T2[rk, i, j]
+        return tg.sum(term, axis=rk, where=tg.equal(tg.cast(rk, "int64"), Z[i, j]))
+
+    T3 = tg.compute((6, 6), picked, name="T3")
+    rng = np.random.default_rng(9)
+    y, z = rng.standard_normal(Y.shape), rng.integers(-1, 4, Z.shape)
+    t2 = y[::-1][np.minimum(np.arange(3) + 1, 2)]
+    picked = np.where((z >= 1) & (z < 3), np.take_along_axis(t2, np.clip(z, 0, 2)[None], 0)[0],
+                      0.0)
+    want = np.where((z >= 1) & (z < 3), np.abs(picked) + 0.5 * picked, 0.0)
+    options = tg.Options.from_environment().replace(unroll=0, value_bounds=False,
+                                                    max_regions=0, parallel_work=1 << 62)
+    got = tg.build([Y, Z], [T1, T2, T3], target="cpu", options=options)(y, z)
+    np.testing.assert_allclose(got[2], want, rtol=1e-14, atol=0)

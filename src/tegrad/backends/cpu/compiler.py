@@ -45,9 +45,15 @@ from .library_file import damage
 # -fno-code-hoisting: gcc 12's code hoisting moves a load that the generated code makes
 # unconditionally (at an index clamped into its tensor, ``nest_values.ExprLowering.select``
 # in lower/) back under the select's condition, where if-conversion makes it a masked load, and gcc
-# 12.2 vectorizes some of those wrongly (a padded row read as zeros: issue 27)
+# 12.2 vectorizes some of those wrongly (a padded row read as zeros: issue 27).
+# --param max-completely-peeled-insns=0: gcc 12.2 also miscompiled a kernel whose inner
+# loops it had unrolled whole on its own (a sum over 2 values of ``rk`` where ``rk == Z[i,
+# j]``, inside a loop over 6 columns), then vectorized the loop around them with masks:
+# the last value of ``rk`` was dropped (differential seed 109042). Loops the generated code
+# asks to unroll (``#pragma GCC unroll``) are still unrolled whole.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
-         "-fno-code-hoisting", "-fPIC", "-shared", "-std=gnu11", "-w")
+         "-fno-code-hoisting", "--param", "max-completely-peeled-insns=0", "-fPIC",
+         "-shared", "-std=gnu11", "-w")
 LIBS = ("-lmvec", "-lm")
 
 
