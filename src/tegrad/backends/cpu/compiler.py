@@ -46,14 +46,17 @@ from .library_file import damage
 # unconditionally (at an index clamped into its tensor, ``nest_values.ExprLowering.select``
 # in lower/) back under the select's condition, where if-conversion makes it a masked load, and gcc
 # 12.2 vectorizes some of those wrongly (a padded row read as zeros: issue 27).
-# --param max-completely-peeled-insns=0: gcc 12.2 also miscompiled a kernel whose inner
-# loops it had unrolled whole on its own (a sum over 2 values of ``rk`` where ``rk == Z[i,
-# j]``, inside a loop over 6 columns), then vectorized the loop around them with masks:
-# the last value of ``rk`` was dropped (differential seed 109042). Loops the generated code
-# asks to unroll (``#pragma GCC unroll``) are still unrolled whole.
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-math",
-         "-fno-code-hoisting", "--param", "max-completely-peeled-insns=0", "-fPIC",
-         "-shared", "-std=gnu11", "-w")
+         "-fno-code-hoisting", "-fPIC", "-shared", "-std=gnu11", "-w")
+# GENERATED_FLAGS, for the generated kernels only (``kernel_cache``): gcc 12.2 also
+# miscompiled a kernel whose inner loops it had unrolled whole on its own (a sum over 2
+# values of ``rk`` where ``rk == Z[i, j]``, inside a loop over 6 columns), then vectorized
+# the loop around them with masks: the last value of ``rk`` was dropped (differential seed
+# 109042). Loops the generated code asks to unroll (``#pragma GCC unroll``) are still
+# unrolled whole. The hand-written helpers (term_kernel, tg_copy, the step loop) keep
+# gcc's own unrolling: their register tiles are loops gcc must unroll whole, and the
+# differential tests do not reach them with random programs.
+GENERATED_FLAGS = ("--param", "max-completely-peeled-insns=0")
 LIBS = ("-lmvec", "-lm")
 
 
@@ -89,12 +92,17 @@ def library_key(source: str) -> str:
     return hashlib.sha256((_toolchain_id() + "\n" + source).encode()).hexdigest()[:32]
 
 
+def load_key(source: str, flags: tuple = ()) -> str:
+    """The key of the library ``load(source, flags=flags)`` gives."""
+    return library_key(source + "".join(f"\n{flag}" for flag in flags))
+
+
 def load(source: str, units: list[str] | None = None, flags: tuple = ()) -> ctypes.CDLL:
     """The shared library of ``source``: from this process, the disk cache, or gcc.
     ``units``, when given, are translation units whose concatenation is ``source`` less
     their shared ``prelude`` (``_compile``); ``flags`` are gcc's after ``FLAGS`` (include
     folders: the key hashes them too)."""
-    key = library_key(source + "".join(f"\n{flag}" for flag in flags))
+    key = load_key(source, flags)
     lib = _LOADED.get(key)
     if lib is not None:
         return lib

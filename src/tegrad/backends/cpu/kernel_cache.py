@@ -9,8 +9,8 @@ texts. Each distinct text is compiled once, as the function ``tg_<key>``, where
 
     key = sha256(toolchain, prelude, the text with its name taken out)
 
-(``compiler.library_key``: the compiler's version, its flags and the processor count, as
-they do for a library). A program's kernels bind to these functions by key.
+(``compiler.load_key``: the compiler's version, its flags with ``GENERATED_FLAGS`` and the
+processor, as they do for a library). A program's kernels bind to these functions by key.
 
 On disk (``cpu/`` of the cache root) a function lives in a library compiled with the
 others that were new at the same time, ``<library key>.so``, and beside it an index
@@ -60,7 +60,7 @@ def kernel_key(text: str, name: str) -> tuple[str, str]:
     if not text.startswith(head):
         raise ValueError(f"kernel {name}: its C does not begin with {head!r}")
     body = text[len(head):]
-    key = compiler.library_key(PRELUDE + "\n\nvoid tg_(" + body)
+    key = compiler.load_key(PRELUDE + "\n\nvoid tg_(" + body, compiler.GENERATED_FLAGS)
     return key, f"void tg_{key}(" + body
 
 
@@ -113,18 +113,23 @@ def _compile(keys: list[str], sources: dict[str, str], jobs: int) -> dict[str, o
     dealt = [[keys[n] for n in members] for members in compiler.deal(texts, count)]
     units = ["\n\n".join([PRELUDE, *(sources[k] for k in members)]) for members in dealt]
     with ThreadPoolExecutor(max_workers=len(units)) as pool:
-        libraries = list(pool.map(compiler.load, units))
+        libraries = list(pool.map(_load, units))
     STATS["kernels compiled"] += len(keys)
     STATS["libraries compiled"] += len(units)
     out = {}
     folder = writable_cache_root() / KERNELS
     for unit, lib, members in zip(units, libraries, dealt, strict=True):
-        entry = compiler.library_key(unit)
+        entry = compiler.load_key(unit, compiler.GENERATED_FLAGS)
         for key in members:
             out[key] = lib
             _WHERE[key] = entry
             _write_entry(folder, key, entry)
     return out
+
+
+def _load(unit: str):
+    """The library of the translation unit ``unit`` of generated kernels."""
+    return compiler.load(unit, flags=compiler.GENERATED_FLAGS)
 
 
 def _write_entry(folder: Path, key: str, entry: str) -> None:
