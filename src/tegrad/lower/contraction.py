@@ -139,7 +139,7 @@ def _apart(p: Piece, q: Piece) -> bool:
 
 
 def _piece(s: Split, max_widened_step: int, thin: int = 0,
-           max_waste: float = 1 / 3) -> Piece | None:
+           max_waste: float = MAX_WIDENED_WASTE) -> Piece | None:
     """The piece, None when it is identically zero; raises _NoMatch."""
     source, where = s.exprs
     factors: list[tuple[Tensor, list[tuple[dict, int]]]] = []

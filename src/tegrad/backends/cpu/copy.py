@@ -43,6 +43,19 @@ static inline void offsets(long f, int k, const long *shape, const long *ds, con
   }
 }
 
+/* the next row: an odometer over the outer dims 0..k-1, no division */
+static inline void advance(int k, long *index, const long *shape, const long *ds,
+                           const long *ss, long *doff, long *soff) {
+  for (int d = k - 1; d >= 0; d--) {
+    *doff += ds[d];
+    *soff += ss[d];
+    if (++index[d] < shape[d]) return;
+    *doff -= shape[d] * ds[d];
+    *soff -= shape[d] * ss[d];
+    index[d] = 0;
+  }
+}
+
 static long outer_of(int k, const long *shape) {
   long outer = 1;
   for (int d = 0; d < k; d++) outer *= shape[d];
@@ -107,14 +120,7 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
         const char *sp = src + soff;
         for (long i = 0; i < m2; i++, dp += d2, sp += s2)
           _mm512_mask_storeu_epi8(dp, mask, _mm512_maskz_loadu_epi8(mask, sp));
-        for (int d = k - 2; d >= 0; d--) {  /* the odometer, as below */
-          doff += ds[d];
-          soff += ss[d];
-          if (++index[d] < shape[d]) break;
-          doff -= shape[d] * ds[d];
-          soff -= shape[d] * ss[d];
-          index[d] = 0;
-        }
+        advance(k - 1, index, shape, ds, ss, &doff, &soff);
       }
     }
     return;
@@ -163,15 +169,7 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
           *(uint64_t *)(dp + i * dl) = *(const uint64_t *)(sp + i * sl);
       else
         for (long i = 0; i < n; i++) memcpy(dp + i * dl, sp + i * sl, size);
-      /* the next row: an odometer over the outer dims, no division */
-      for (int d = k - 1; d >= 0; d--) {
-        doff += ds[d];
-        soff += ss[d];
-        if (++index[d] < shape[d]) break;
-        doff -= shape[d] * ds[d];
-        soff -= shape[d] * ss[d];
-        index[d] = 0;
-      }
+      advance(k, index, shape, ds, ss, &doff, &soff);
     }
   }
 }
