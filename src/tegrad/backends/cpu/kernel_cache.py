@@ -60,7 +60,7 @@ def kernel_key(text: str, name: str) -> tuple[str, str]:
     if not text.startswith(head):
         raise ValueError(f"kernel {name}: its C does not begin with {head!r}")
     body = text[len(head):]
-    key = compiler.load_key(PRELUDE + "\n\nvoid tg_(" + body, compiler.GENERATED_FLAGS)
+    key = _unit_key(PRELUDE + "\n\nvoid tg_(" + body)
     return key, f"void tg_{key}(" + body
 
 
@@ -119,7 +119,7 @@ def _compile(keys: list[str], sources: dict[str, str], jobs: int) -> dict[str, o
     out = {}
     folder = writable_cache_root() / KERNELS
     for unit, lib, members in zip(units, libraries, dealt, strict=True):
-        entry = compiler.load_key(unit, compiler.GENERATED_FLAGS)
+        entry = _unit_key(unit)
         for key in members:
             out[key] = lib
             _WHERE[key] = entry
@@ -130,6 +130,11 @@ def _compile(keys: list[str], sources: dict[str, str], jobs: int) -> dict[str, o
 def _load(unit: str):
     """The library of the translation unit ``unit`` of generated kernels."""
     return compiler.load(unit, flags=compiler.GENERATED_FLAGS)
+
+
+def _unit_key(unit: str) -> str:
+    """The library key ``_load(unit)`` gives."""
+    return compiler.load_key(unit, compiler.GENERATED_FLAGS)
 
 
 def _write_entry(folder: Path, key: str, entry: str) -> None:
