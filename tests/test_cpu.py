@@ -820,6 +820,7 @@ TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch[, A shared by
     "batched, A shared": (20, 16, 80, [0, 1, 2, 10, 11, 12, 20, 21, 22], False, (8,), True),
     "batched, A shared, transposed": (12, 8, 37, [0, 3], True, (3,), True),
     "batched, A shared, one product": (24, 64, 100, [0], False, (4,), True),
+    "batched, A shared, one deep product": (24, 300, 50, [0], False, (4,), True),
     # more rows than columns: split by rows, each thread's block from the one pack (64
     # rows: halves of 32, blocks of the pack), or not packed once (60: halves of 30)
     "batched, A shared, rows split": (64, 16, 47, [0, 1, 2, 7, 8, 9], False, (3,), True),
@@ -857,15 +858,61 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
+TRANSPOSED_B = {  # name: (rows, depth, cols, batch, B shared by the batch, A transposed),
+    # the blocks that take term_kernel's kernel on two threads (B copied to rows once)
+    "linear, columns split": ((96, 70, 301, (), False, False), 2),
+    "deep, rows split": ((600, 300, 130, (), False, False), 2),
+    "both transposed": ((100, 50, 262, (), False, True), 2),
+    "batch sharing B": ((64, 40, 300, (3,), True, False), 6),
+    "batch of own Bs": ((64, 40, 300, (2,), False, False), 0),
+    "too few rows for the copy": ((40, 64, 400, (), False, False), 0),
+    "blocks too narrow": ((100, 64, 200, (), False, False), 0),
+}
+
+
+@pytest.mark.parametrize("accumulate", [False, True])
+@pytest.mark.parametrize("case", list(TRANSPOSED_B))
+def test_products_of_a_transposed_b_match_numpy(case, accumulate):
+    """A float32 ``B`` stored transposed (``x W^T``, a linear layer's weight), shared by
+    the batch, is copied to rows once and its blocks take ``term_kernel``'s kernel where
+    they are high and wide enough (the helper's count), else the BLAS's; both ways give
+    NumPy's product, written or added to ``out``."""
+    from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
+
+    (rows, depth, cols, batch, shared, a_transposed), blocks = TRANSPOSED_B[case]
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((*batch, depth, rows) if a_transposed
+                            else (*batch, rows, depth)).astype(np.float32)
+    a = np.swapaxes(a, -1, -2) if a_transposed else a
+    b = rng.standard_normal((cols, depth) if shared else (*batch, cols, depth))
+    b = np.swapaxes(b.astype(np.float32), -1, -2)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    start = rng.standard_normal(want.shape).astype(np.float32)
+    with open("/proc/cpuinfo") as f:
+        avx512 = " avx512f" in f.read()
+    for direct in (True, False):
+        blas = Blas(direct_terms=direct)
+        out = start.copy() if accumulate else np.full(want.shape, np.nan, np.float32)
+        before = blas.term_blocks
+        with one_blas_thread():
+            matmul(a, b, out=out, threads=2, blas=blas, accumulate=accumulate)
+        assert blas.term_blocks - before == (blocks if direct and avx512 else 0)
+        expected = want + start if accumulate else want
+        np.testing.assert_allclose(out, expected, rtol=1e-5,
+                                   atol=1e-5 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("case, blocks", [("nine taps", 2), ("one deep wide product", 2),
+                                          ("one deep narrow product", 2),
+                                          ("batched, A shared, one deep product", 4),
                                           ("batched, A shared", 8),
                                           ("batched, A shared, rows split", 6)])
 def test_term_kernel_runs_where_it_can(case, blocks):
     """On a processor with AVX-512 the helper has the kernel, and a float32 convolution's
-    sum and a deep product wide enough take it for both threads' blocks (the helper's
-    count; bits alone cannot tell: on an Intel Xeon, MKL's sums of a single product ran in
-    the kernel's order). So does a batch of narrow sums sharing one A (a convolution of
-    8x8 images: 80 columns each), which packs that A once for all of them."""
+    sum and deep products take it for both threads' blocks (the helper's count; bits
+    alone cannot tell: on an Intel Xeon, MKL's sums of a single product ran in the
+    kernel's order). So does a batch of narrow sums sharing one A (a convolution of 8x8
+    images: 80 columns each), which packs that A once for all of them, deep or shallow."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
     with open("/proc/cpuinfo") as f:

@@ -17,21 +17,18 @@ A product may be a sum of ``terms`` products over operands at fixed offsets from
 first term's (a looped reduction, ``host/products._gemm``: a convolution's nine shifted
 views of its padded input): each thread makes every term's call on its block, the first
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
-In float32 on a processor with AVX-512, such a sum (or a single product at most
-``term_kernel.MAX_DEPTH`` deep, or any deeper one whose blocks are at least
-``term_kernel.DEEP_MIN_COLS`` wide), each thread's block at least ``term_kernel.MIN_COLS``
-columns wide and ``term_kernel.TILE_ROWS`` rows high, with ``B``'s rows contiguous, is
-one register-blocked kernel instead (``term_kernel.py``).
+In float32 on a processor with AVX-512, such a sum or a single product, each thread's
+block at least ``term_kernel.MIN_COLS`` columns wide and ``term_kernel.TILE_ROWS`` rows
+high, with ``B``'s rows contiguous (or ``B`` stored transposed, shared by the batch and
+copied to rows once, for products ``term_kernel.ROWS_MIN_M`` rows high), is one
+register-blocked kernel instead (``term_kernel.py``).
 
 The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
 tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on
 the calling OpenMP thread), else NumPy's own (found among the loaded libraries:
 ``scipy_cblas_sgemm64_`` in NumPy's wheels, or a plain ``cblas_sgemm``).
-``TEGRAD_BLAS=openblas`` (``Options.blas``) skips MKL. MKL is the faster of the two on
-products with ``B`` stored transposed (a convolution's weight gradient), about even on the
-others; the small and the shifted products, the LSTM's steps and the convolutions' own,
-are ``term_kernel``'s where it is compiled (``benchmarks/bench_blas.py`` measures all
-three).
+``TEGRAD_BLAS=openblas`` (``Options.blas``) skips MKL. Most float32 products are
+``term_kernel``'s where it is compiled; ``benchmarks/bench_blas.py`` measures all three.
 Where no BLAS is found, or an operand's layout is not one BLAS takes, ``matmul`` is
 ``np.matmul``.
 """
@@ -64,6 +61,22 @@ typedef void (*sgemm_t)(int, int, int, bi, bi, bi, float, const float *, bi,
 typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
                         const double *, bi, double, double *, bi);
 
+/* B stored transposed (element (k, j) at src[j ld + k]) copied to rows, K x N, in 16 x 16
+   tiles written a row at a time (vector stores; the transposed order, a column of dst at
+   a time, wrote 16 lines 4 KiB apart, which share a set of the L1 cache: 430 us against 55
+   for the LSTM's 256 x 1024, one-off C harness) */
+void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads) {
+  #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
+  for (long k0 = 0; k0 < K; k0 += 16)
+    for (long j0 = 0; j0 < N; j0 += 16) {
+      long k1 = k0 + 16 < K ? k0 + 16 : K, j1 = j0 + 16 < N ? j0 + 16 : N;
+      for (long k = k0; k < k1; k++)
+        #pragma omp simd
+        for (long j = j0; j < j1; j++)
+          dst[k * N + j] = src[j * ld + k];
+    }
+}
+
 void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
              const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
              char *C, long sc, long ldc, const long *terms, long nterms, int acc,
@@ -80,6 +93,19 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   long items = batch * chunks;
   int threads = (double)M * N * K * nterms >= MIN_PARALLEL_MACS ? nthreads : 1;
 #ifdef TG_TERMS
+  /* B stored transposed (x W^T: a linear layer's weight) and shared by every product:
+     copied to rows once, so that the blocks take the kernel. The copy is K N elements at
+     about 5 per ns; the kernel saves about M N K / 64 cycles against MKL's AVX2 code, so
+     it pays from TG_ROWS_MIN_M rows on (term_kernel's header) */
+  float *brows = 0;
+  long least_m = by_rows ? M / chunks : M, least_n = by_rows ? N : N / chunks;
+  if (!dbl && tb && nterms == 1 && terms[1] == 0 && (sb == 0 || batch == 1)
+      && M >= TG_ROWS_MIN_M && least_m >= TG_MR && least_n >= TG_MIN_COLS
+      && K * N * 4 <= TG_ROWS_MAX_BYTES
+      && (brows = aligned_alloc(64, (size_t)(K * N * 4 + 63) / 64 * 64))) {
+    tg_rows(brows, (const float *)B, K, N, ldb, threads);
+    B = (const char *)brows, sb = 0, ldb = N, tb = 0;
+  }
   /* A shared by every product of a batch (a convolution's weights: sa == 0): packed once
      for them all, and then worth it for a batch of narrow products; split by rows, each
      block of rows must start a block of the pack */
@@ -87,7 +113,7 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   int aligned = 1;
   for (long c = 0; by_rows && c < chunks; c++) aligned &= M * c / chunks % TG_MR == 0;
   if (!dbl && sa == 0 && aligned && batch > 1 && !tb && M >= TG_MR
-      && N * batch >= TG_MIN_COLS && (nterms > 1 || K <= TG_MAX_DEPTH))
+      && N * batch >= TG_MIN_COLS)
     shared = tg_terms_pack(M, K, (const float *)A, lda, ta, terms, nterms);
 #endif
   #pragma omp parallel for schedule(static) num_threads(threads) if(threads > 1)
@@ -109,8 +135,7 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
       tg_term_blocks++;
       continue;
     }
-    if (!dbl && (nterms > 1 || K <= TG_MAX_DEPTH || n >= TG_DEEP_MIN_COLS) && !tb
-        && m >= TG_MR && n >= TG_MIN_COLS
+    if (!dbl && !tb && m >= TG_MR && n >= TG_MIN_COLS
         && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
                         (float *)cc, ldc, terms, nterms, acc)) {
       #pragma omp atomic
@@ -130,6 +155,7 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   }
 #ifdef TG_TERMS
   free((void *)shared);
+  free(brows);
 #endif
 }
 """
@@ -214,6 +240,16 @@ class Blas:
     def term_blocks(self) -> int:
         """How many thread blocks ``helper`` has given to the kernel in this process."""
         return ctypes.c_long.in_dll(self._library, "tg_term_blocks").value
+
+    @cached_property
+    def rows_copy(self):
+        """``tg_rows(dst, src, K, N, ld, threads)``: a float32 ``B`` stored transposed
+        copied to rows (``packed.RowsGemm`` makes it once per scan run)."""
+        from .compiler import bind
+
+        return bind(self._library, "tg_rows", [ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                                               ctypes.c_int])
 
     @cached_property
     def helper(self):

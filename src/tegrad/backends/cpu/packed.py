@@ -16,7 +16,7 @@ the weights may have changed in place between two calls of a program. Only MKL h
 calls; on another BLAS, or for a batched or looped product, the call stays ``tg_gemm``.
 
 Where ``term_kernel``'s kernel takes the product once its fixed ``B`` lies in rows (float32,
-AVX-512, at most ``MAX_DEPTH`` deep, blocks wide enough: the LSTM's ``h W^T``), that copy
+AVX-512, blocks wide enough: the LSTM's ``h W^T``), that copy
 is all a run makes: the kernel never packs ``B``. Where ``B``'s rows are small
 (``Options.shared_rows_bytes``),
 ``RowsGemm`` splits rows of ``C`` over the threads even when ``M < N``: each thread reads
@@ -82,22 +82,6 @@ void tg_pack(void *pack, int dbl, int which, long M, long N, long K, const char 
   }
 }
 
-/* a fixed B stored transposed (element (k, j) at src[j ld + k]) copied to rows, K x N, in
-   16 x 16 tiles written a row at a time (vector stores; the transposed order, a column of
-   dst at a time, wrote 16 lines 4 KiB apart, which share a set of the L1 cache: 430 us
-   against 55 for the LSTM's 256 x 1024, one-off C harness) */
-void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads) {
-  #pragma omp parallel for schedule(static) num_threads(nthreads)
-  for (long k0 = 0; k0 < K; k0 += 16)
-    for (long j0 = 0; j0 < N; j0 += 16) {
-      long k1 = k0 + 16 < K ? k0 + 16 : K, j1 = j0 + 16 < N ? j0 + 16 : N;
-      for (long k = k0; k < k1; k++)
-        #pragma omp simd
-        for (long j = j0; j < j1; j++)
-          dst[k * N + j] = src[j * ld + k];
-    }
-}
-
 void tg_gemm_packed(void *compute, int dbl, int which, long M, long N, long K,
                     const char *A, long lda, int ta, const char *B, long ldb, int tb,
                     char *C, long ldc, long chunks, long by_rows, const char *packs,
@@ -160,15 +144,6 @@ def _functions():
     return pack_bytes, pack, packed, names
 
 
-@cache
-def _rows_copy():
-    """``tg_rows``, bound."""
-    from .compiler import bind
-
-    return bind(_library(), "tg_rows", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long,
-                                        ctypes.c_long, ctypes.c_long, ctypes.c_int])
-
-
 def _split(call: GemmCall, threads: int) -> tuple[int, int]:
     """``(by_rows, chunks)``: ``tg_gemm``'s split of a one-batch call over ``threads``,
     one block of rows (``call.by_rows``) or of columns per thread."""
@@ -182,7 +157,6 @@ def takes_term_kernel(call: GemmCall, threads: int) -> bool:
     rows = call.M // chunks if call.by_rows else call.M
     cols = call.N if call.by_rows else call.N // chunks
     return bool(call.blas.direct and not call.dbl and not call.tb
-                and (call.K <= term_kernel.MAX_DEPTH or cols >= term_kernel.DEEP_MIN_COLS)
                 and rows >= term_kernel.TILE_ROWS and cols >= term_kernel.MIN_COLS)
 
 
@@ -190,7 +164,11 @@ def fixed_operand_product(call: GemmCall, which: int, threads: int,
                           shared_rows_bytes: int = 1 << 20):
     """``call`` with its operand ``which`` fixed over a scan's run, made once per run into
     the layout its product reads fastest (``RowsGemm``, else ``PackedGemm``), or None
-    where neither applies. ``shared_rows_bytes``: see ``RowsGemm.make``."""
+    where neither applies or the call takes ``term_kernel``'s kernel as it is (which reads
+    ``B``'s rows where they lie and packs only ``A``, for the adjoint's ``dpre W``).
+    ``shared_rows_bytes``: see ``RowsGemm.make``."""
+    if len(call.terms) == 2 and call.batch == 1 and takes_term_kernel(call, threads):
+        return None
     return (RowsGemm.make(call, which, threads, shared_rows_bytes)
             or PackedGemm.make(call, which, threads))
 
@@ -208,7 +186,7 @@ class RowsGemm:
         """The product, or None; where ``B`` has at most ``shared_rows_bytes`` it may be
         split by rows of ``C`` even when ``M < N`` (module header)."""
         if (which != 1 or not call.tb or call.dbl or call.batch != 1 or len(call.terms) != 2
-                or call.K > term_kernel.MAX_DEPTH or not call.blas.direct):
+                or not call.blas.direct):
             return None
         # blocks of rows of C where B is small enough for every thread to read it all
         small = call.K * call.N * 4 <= shared_rows_bytes
@@ -221,7 +199,7 @@ class RowsGemm:
     def __init__(self, call: GemmCall):
         self.rows = np.empty((call.K, call.N), np.float32)
         self.call = call._replace(ldb=call.N, tb=0)
-        self.copy = _rows_copy()
+        self.copy = call.blas.rows_copy
         self.ldb = call.ldb
         self.source: int | None = None  # the operand's address, this run
 

@@ -27,13 +27,18 @@ once for them all (``tg_gemm``), where each product packed it again; split by ro
 thread's block reads its rows of that pack (their first row a multiple of ``TG_MR``, else
 each product packs its own). Then even products narrower than ``MIN_COLS`` take the
 kernel, the pack being paid once per batch: 7x7 images' 63 widened columns ran at 52
-GFLOP/s through MKL and at 92 here (128 channels, batch of 8, one thread).
+GFLOP/s through MKL and at 92 here (128 channels, batch of 8, one thread); a ResNet-50
+1x1 convolution's products (2048 x 49 x 512, batch of 8, two threads) 4.9 ms against
+2.6.
 
-Shifted sums and shallow single products (``K`` 64-256, 128 or more columns) beat MKL's
-calls; narrower ones, and a transposed ``B`` copied to rows first, do not, so they stay
-BLAS calls. Deeper single products take the kernel only where each thread's block is
-``DEEP_MIN_COLS`` wide: narrower deep blocks (an LSTM's ``dG^T H``, 256 columns a thread)
-were slower than MKL. ``benchmarks/bench_blas.py`` measures these shapes against MKL.
+Shifted sums and single products of any depth (128 or more columns a thread's block)
+beat MKL's calls, about 2x on this project's AMD EPYC (``benchmarks/bench_blas.py``
+measures these shapes against MKL): MKL runs its AVX2 code there. A ``B`` stored
+transposed (``x W^T``: a linear layer's weight, torch's layout) and shared by the batch is
+copied to rows once (``tg_rows``, about 5 elements a nanosecond) for products at least
+``ROWS_MIN_M`` rows high: below that the copy costs more than the kernel saves (40 rows of
+a 512-square weight: 1.1x MKL's time, 64 rows: 0.75x, two threads). Narrower products, and
+batches with a transposed ``B`` of their own, stay BLAS calls.
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
@@ -58,14 +63,14 @@ def wanted_here() -> bool:
 
 TILE_ROWS = 8  # TG_MR
 MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses
-MAX_DEPTH = 256  # a single product deeper than this is BLAS's unless its block is
-DEEP_MIN_COLS = 512  # at least this wide
+ROWS_MIN_M = 64  # a B stored transposed is copied to rows for products this high
+ROWS_MAX_BYTES = 1 << 24  # and at most this large
 
 SOURCE = f"""
 #define TG_MR {TILE_ROWS}
 #define TG_MIN_COLS {MIN_COLS}
-#define TG_MAX_DEPTH {MAX_DEPTH}
-#define TG_DEEP_MIN_COLS {DEEP_MIN_COLS}
+#define TG_ROWS_MIN_M {ROWS_MIN_M}
+#define TG_ROWS_MAX_BYTES {ROWS_MAX_BYTES}L
 """ + r"""
 #if defined(__AVX512F__) && DIRECT_TERMS
 #include <immintrin.h>
