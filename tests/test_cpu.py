@@ -812,6 +812,9 @@ TERMS = {  # name: (rows, depth, cols, shifts, A transposed, batch[, A shared by
     "one deep wide product": (40, 300, 1100, [0], False, ()),
     "one deep wide product, a transposed": (600, 270, 520, [0], True, ()),
     "one deep narrow product": (24, 300, 400, [0], False, ()),
+    # deeper than term_kernel.SLICE_DEPTH: slices of 512 and a shorter last one
+    "one product in slices": (20, 1100, 300, [0], False, ()),
+    "one product in slices, a transposed": (30, 1030, 200, [0], True, (2,)),
     "narrow": (40, 16, 100, [0, 1, 2], False, ()),
     "one row": (1, 16, 200, [0, 1], False, ()),
     # one A packed for every product of the batch, narrow products (a 3x3 convolution of
@@ -858,35 +861,47 @@ def test_looped_products_match_numpy(case, dtype, accumulate, direct):
     np.testing.assert_allclose(out, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-TRANSPOSED_B = {  # name: (rows, depth, cols, batch, B shared by the batch, A transposed),
-    # the blocks that take term_kernel's kernel on two threads (B copied to rows once)
-    "linear, columns split": ((96, 70, 301, (), False, False), 2),
-    "deep, rows split": ((600, 300, 130, (), False, False), 2),
-    "both transposed": ((100, 50, 262, (), False, True), 2),
-    "batch sharing B": ((64, 40, 300, (3,), True, False), 6),
-    "batch of own Bs": ((64, 40, 300, (2,), False, False), 0),
-    "too few rows for the copy": ((40, 64, 400, (), False, False), 0),
-    "blocks too narrow": ((100, 64, 200, (), False, False), 0),
+TRANSPOSED_B = {  # name: (rows, depth, cols, batch, B shared by the batch, A transposed,
+    # terms), the blocks that take term_kernel's kernel on two threads (each block's B
+    # copied to rows); term t reads both operands' columns t * depth + 3 t on (a
+    # convolution's weight gradient: dY X^T summed over images)
+    "linear, columns split": ((96, 70, 301, (), False, False, 1), 2),
+    "deep, rows split": ((600, 300, 130, (), False, False, 1), 2),
+    "in slices": ((80, 1100, 270, (), False, False, 1), 2),
+    "both transposed": ((100, 50, 262, (), False, True, 1), 2),
+    "batch sharing B": ((64, 40, 300, (3,), True, False, 1), 6),
+    "batch of own Bs": ((64, 40, 300, (2,), False, False, 1), 2),
+    "terms": ((70, 33, 290, (), False, False, 4), 2),
+    "terms, batch sharing A": ((64, 16, 300, (3,), False, False, 8), 6),
+    "too few rows for the copy": ((40, 64, 400, (), False, False, 1), 0),
+    "blocks too narrow": ((100, 64, 200, (), False, False, 1), 0),
 }
 
 
 @pytest.mark.parametrize("accumulate", [False, True])
 @pytest.mark.parametrize("case", list(TRANSPOSED_B))
 def test_products_of_a_transposed_b_match_numpy(case, accumulate):
-    """A float32 ``B`` stored transposed (``x W^T``, a linear layer's weight), shared by
-    the batch, is copied to rows once and its blocks take ``term_kernel``'s kernel where
-    they are high and wide enough (the helper's count), else the BLAS's; both ways give
-    NumPy's product, written or added to ``out``."""
+    """Float32 products whose ``B`` is stored transposed (``x W^T``, a linear layer's
+    weight; sums of them over terms, a convolution's weight gradient): each block's ``B``
+    is copied to rows and takes ``term_kernel``'s kernel where the block is high and wide
+    enough (the helper's count), else the BLAS's; both ways give NumPy's product, written
+    or added to ``out``."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
-    (rows, depth, cols, batch, shared, a_transposed), blocks = TRANSPOSED_B[case]
+    (rows, depth, cols, batch, shared, a_transposed, terms), blocks = TRANSPOSED_B[case]
     rng = np.random.default_rng(8)
-    a = rng.standard_normal((*batch, depth, rows) if a_transposed
-                            else (*batch, rows, depth)).astype(np.float32)
+    span = terms * (depth + 3)
+    a = rng.standard_normal((*batch, span, rows) if a_transposed
+                            else (*batch, rows, span)).astype(np.float32)
     a = np.swapaxes(a, -1, -2) if a_transposed else a
-    b = rng.standard_normal((cols, depth) if shared else (*batch, cols, depth))
+    b = rng.standard_normal((cols, span) if shared else (*batch, cols, span))
     b = np.swapaxes(b.astype(np.float32), -1, -2)
-    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    if terms > 1 and batch and not shared:  # A shared by the batch: a stride of 0
+        a = np.broadcast_to(a[:1], a.shape)
+    a_terms = [a[..., t * (depth + 3):t * (depth + 3) + depth] for t in range(terms)]
+    b_terms = [b[..., t * (depth + 3):t * (depth + 3) + depth, :] for t in range(terms)]
+    want = sum(np.matmul(x.astype(np.float64), y.astype(np.float64))
+               for x, y in zip(a_terms, b_terms, strict=True))
     start = rng.standard_normal(want.shape).astype(np.float32)
     with open("/proc/cpuinfo") as f:
         avx512 = " avx512f" in f.read()
@@ -895,7 +910,8 @@ def test_products_of_a_transposed_b_match_numpy(case, accumulate):
         out = start.copy() if accumulate else np.full(want.shape, np.nan, np.float32)
         before = blas.term_blocks
         with one_blas_thread():
-            matmul(a, b, out=out, threads=2, blas=blas, accumulate=accumulate)
+            matmul(a_terms if terms > 1 else a_terms[0], b_terms if terms > 1 else b_terms[0],
+                   out=out, threads=2, blas=blas, accumulate=accumulate)
         assert blas.term_blocks - before == (blocks if direct and avx512 else 0)
         expected = want + start if accumulate else want
         np.testing.assert_allclose(out, expected, rtol=1e-5,

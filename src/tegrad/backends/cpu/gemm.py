@@ -64,18 +64,49 @@ typedef void (*dgemm_t)(int, int, int, bi, bi, bi, double, const double *, bi,
 /* B stored transposed (element (k, j) at src[j ld + k]) copied to rows, K x N, in 16 x 16
    tiles written a row at a time (vector stores; the transposed order, a column of dst at
    a time, wrote 16 lines 4 KiB apart, which share a set of the L1 cache: 430 us against 55
-   for the LSTM's 256 x 1024, one-off C harness) */
-void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads) {
-  #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
-  for (long k0 = 0; k0 < K; k0 += 16)
+   for the LSTM's 256 x 1024, one-off C harness); rows [k0, k1) */
+static void tg_rows_part(float *dst, const float *src, long k0, long k1, long N, long ld) {
+  for (; k0 < k1; k0 += 16)
     for (long j0 = 0; j0 < N; j0 += 16) {
-      long k1 = k0 + 16 < K ? k0 + 16 : K, j1 = j0 + 16 < N ? j0 + 16 : N;
-      for (long k = k0; k < k1; k++)
+      long k2 = k0 + 16 < k1 ? k0 + 16 : k1, j1 = j0 + 16 < N ? j0 + 16 : N;
+      for (long k = k0; k < k2; k++)
         #pragma omp simd
         for (long j = j0; j < j1; j++)
           dst[k * N + j] = src[j * ld + k];
     }
 }
+
+void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads) {
+  #pragma omp parallel for schedule(static) num_threads(nthreads) if(nthreads > 1)
+  for (long k0 = 0; k0 < K; k0 += 16)
+    tg_rows_part(dst, src, k0, k0 + 16 < K ? k0 + 16 : K, N, ld);
+}
+
+#ifdef TG_TERMS
+/* C (+)= sum_t A_t B_t with every B_t stored transposed (x W^T: a linear layer's weight;
+   dY X_t^T: a convolution's weight gradient, a term per image): each term's block copied
+   to rows, [t][k][j], for term_kernel's kernel. The copy is K N elements a term at about
+   5 per ns; the kernel saves about M N K / 64 cycles a term against MKL's AVX2 code, so
+   it pays from TG_ROWS_MIN_M rows on (term_kernel's header). 0 where the buffers cannot
+   be had. */
+static int tg_terms_transposed(long m, long n, long K, const float *a, long lda, int ta,
+                               const float *b, long ldb, float *c, long ldc,
+                               const long *terms, long nterms, int acc) {
+  float *rows = aligned_alloc(64, (size_t)(nterms * K * n * 4 + 63) / 64 * 64);
+  long *moved = malloc(2 * nterms * sizeof(long));
+  int done = 0;
+  if (rows && moved) {
+    for (long t = 0; t < nterms; t++) {
+      tg_rows_part(rows + t * K * n, b + terms[2 * t + 1], 0, K, n, ldb);
+      moved[2 * t] = terms[2 * t], moved[2 * t + 1] = t * K * n;
+    }
+    done = tg_terms_f32(m, n, K, a, lda, ta, rows, n, c, ldc, moved, nterms, acc);
+  }
+  free(rows);
+  free(moved);
+  return done;
+}
+#endif
 
 void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
              const char *A, long sa, long lda, int ta, const char *B, long sb, long ldb, int tb,
@@ -93,19 +124,6 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   long items = batch * chunks;
   int threads = (double)M * N * K * nterms >= MIN_PARALLEL_MACS ? nthreads : 1;
 #ifdef TG_TERMS
-  /* B stored transposed (x W^T: a linear layer's weight) and shared by every product:
-     copied to rows once, so that the blocks take the kernel. The copy is K N elements at
-     about 5 per ns; the kernel saves about M N K / 64 cycles against MKL's AVX2 code, so
-     it pays from TG_ROWS_MIN_M rows on (term_kernel's header) */
-  float *brows = 0;
-  long least_m = by_rows ? M / chunks : M, least_n = by_rows ? N : N / chunks;
-  if (!dbl && tb && nterms == 1 && terms[1] == 0 && (sb == 0 || batch == 1)
-      && M >= TG_ROWS_MIN_M && least_m >= TG_MR && least_n >= TG_MIN_COLS
-      && K * N * 4 <= TG_ROWS_MAX_BYTES
-      && (brows = aligned_alloc(64, (size_t)(K * N * 4 + 63) / 64 * 64))) {
-    tg_rows(brows, (const float *)B, K, N, ldb, threads);
-    B = (const char *)brows, sb = 0, ldb = N, tb = 0;
-  }
   /* A shared by every product of a batch (a convolution's weights: sa == 0): packed once
      for them all, and then worth it for a batch of narrow products; split by rows, each
      block of rows must start a block of the pack */
@@ -135,9 +153,13 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
       tg_term_blocks++;
       continue;
     }
-    if (!dbl && !tb && m >= TG_MR && n >= TG_MIN_COLS
-        && tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
-                        (float *)cc, ldc, terms, nterms, acc)) {
+    if (!dbl && m >= TG_MR && n >= TG_MIN_COLS
+        && (tb ? m >= TG_ROWS_MIN_M && nterms * K * n * 4 <= TG_ROWS_MAX_BYTES
+                 && tg_terms_transposed(m, n, K, (const float *)a, lda, ta,
+                                        (const float *)bb, ldb, (float *)cc, ldc, terms,
+                                        nterms, acc)
+               : tg_terms_f32(m, n, K, (const float *)a, lda, ta, (const float *)bb, ldb,
+                              (float *)cc, ldc, terms, nterms, acc))) {
       #pragma omp atomic
       tg_term_blocks++;
       continue;
@@ -155,7 +177,6 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
   }
 #ifdef TG_TERMS
   free((void *)shared);
-  free(brows);
 #endif
 }
 """

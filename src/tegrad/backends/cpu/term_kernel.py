@@ -28,17 +28,22 @@ thread's block reads its rows of that pack (their first row a multiple of ``TG_M
 each product packs its own). Then even products narrower than ``MIN_COLS`` take the
 kernel, the pack being paid once per batch: 7x7 images' 63 widened columns ran at 52
 GFLOP/s through MKL and at 92 here (128 channels, batch of 8, one thread); a ResNet-50
-1x1 convolution's products (2048 x 49 x 512, batch of 8, two threads) 4.9 ms against
-2.6.
+1x1 convolution's products (2048 x 49 x 512, batch of 8, two threads) in 4.9 ms through
+MKL and in 2.6 here.
 
 Shifted sums and single products of any depth (128 or more columns a thread's block)
 beat MKL's calls, about 2x on this project's AMD EPYC (``benchmarks/bench_blas.py``
-measures these shapes against MKL): MKL runs its AVX2 code there. A ``B`` stored
-transposed (``x W^T``: a linear layer's weight, torch's layout) and shared by the batch is
-copied to rows once (``tg_rows``, about 5 elements a nanosecond) for products at least
-``ROWS_MIN_M`` rows high: below that the copy costs more than the kernel saves (40 rows of
-a 512-square weight: 1.1x MKL's time, 64 rows: 0.75x, two threads). Narrower products, and
-batches with a transposed ``B`` of their own, stay BLAS calls.
+measures these shapes against MKL): MKL runs its AVX2 code there. A single product
+deeper than ``SLICE_DEPTH`` runs in slices of that depth, each adding to ``C``, so that a
+slice's strip of ``B`` stays in L2 (a 1024-cube product 204 -> 246 GFLOP/s, 256 x 2048 x
+2048 161 -> 227, one thread).
+
+A ``B`` stored transposed (``x W^T``: a linear layer's weight, torch's layout; ``dY X^T``:
+a convolution's weight gradient, a term per image) has its block's terms copied to rows,
+``[t][k][j]`` (``tg_rows``, about 5 elements a nanosecond), for blocks at least
+``ROWS_MIN_M`` rows high: below that the copy costs more than the kernel saves (40 rows
+of a 512-square weight: 1.1x MKL's time, 64 rows: 0.75x, two threads). Lower blocks stay
+BLAS calls.
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
@@ -63,13 +68,15 @@ def wanted_here() -> bool:
 
 TILE_ROWS = 8  # TG_MR
 MIN_COLS = 128  # a work item's columns; fewer: packing A costs more than BLAS loses
-ROWS_MIN_M = 64  # a B stored transposed is copied to rows for products this high
-ROWS_MAX_BYTES = 1 << 24  # and at most this large
+SLICE_DEPTH = 512  # a single product deeper than this runs in slices this deep
+ROWS_MIN_M = 64  # a B stored transposed is copied to rows for blocks this high
+ROWS_MAX_BYTES = 1 << 24  # whose copy is at most this large
 
 SOURCE = f"""
 #define TG_MR {TILE_ROWS}
 #define TG_MIN_COLS {MIN_COLS}
 #define TG_ROWS_MIN_M {ROWS_MIN_M}
+#define TG_SLICE_DEPTH {SLICE_DEPTH}
 #define TG_ROWS_MAX_BYTES {ROWS_MAX_BYTES}L
 """ + r"""
 #if defined(__AVX512F__) && DIRECT_TERMS
@@ -150,22 +157,30 @@ static void tg_terms_packed(long M, long N, long K, const float *ap, const float
                             long ldb, float *c, long ldc, const long *terms, long nterms,
                             int acc) {
   long depth = K * nterms, blocks = (M + TG_MR - 1) / TG_MR;
-  long strip = TG_TILE_BYTES / (depth * (long)sizeof(float)) / TG_NR * TG_NR;
-  if (strip < TG_NR) strip = TG_NR;
-  for (long j0 = 0; j0 < N; j0 += strip) {
-    long j1 = j0 + strip < N ? j0 + strip : N;
-    for (long blk = 0; blk < blocks; blk++) {
-      int rows = (int)(M - blk * TG_MR < TG_MR ? M - blk * TG_MR : TG_MR);
-      const float *a = ap + blk * depth * TG_MR;
-      float *cb = c + blk * TG_MR * ldc;
-      for (long j = j0; j < j1; j += TG_NR) {
-        int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR);
-        if (cols > 32)
-          tg_terms_tile3(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
-        else if (cols > 16)
-          tg_terms_tile2(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
-        else
-          tg_terms_tile1(a, b + j, ldb, terms, nterms, K, cb + j, ldc, rows, cols, acc);
+  /* a single product deeper than TG_SLICE_DEPTH in slices of it: a slice's strip of B
+     stays in L2 and its tile's A in L1; the slices after the first add to C */
+  long slice = nterms == 1 && K > TG_SLICE_DEPTH ? TG_SLICE_DEPTH : K;
+  for (long k0 = 0; k0 < K; k0 += slice) {
+    long kk = K - k0 < slice ? K - k0 : slice, read = nterms == 1 ? kk : depth;
+    long strip = TG_TILE_BYTES / (read * (long)sizeof(float)) / TG_NR * TG_NR;
+    if (strip < TG_NR) strip = TG_NR;
+    const float *bk = b + k0 * ldb;
+    int add = acc || k0 > 0;
+    for (long j0 = 0; j0 < N; j0 += strip) {
+      long j1 = j0 + strip < N ? j0 + strip : N;
+      for (long blk = 0; blk < blocks; blk++) {
+        int rows = (int)(M - blk * TG_MR < TG_MR ? M - blk * TG_MR : TG_MR);
+        const float *a = ap + blk * depth * TG_MR + k0 * TG_MR;
+        float *cb = c + blk * TG_MR * ldc;
+        for (long j = j0; j < j1; j += TG_NR) {
+          int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR);
+          if (cols > 32)
+            tg_terms_tile3(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
+          else if (cols > 16)
+            tg_terms_tile2(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
+          else
+            tg_terms_tile1(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
+        }
       }
     }
   }
