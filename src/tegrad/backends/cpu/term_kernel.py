@@ -130,8 +130,32 @@ TG_TERMS_TILE(1)
 TG_TERMS_TILE(2)
 TG_TERMS_TILE(3)
 
+/* rows i0 .. i0 + 7 of A, columns k0 .. k0 + 7 (row-major, lda), as 8 rows of the pack
+   (p[k][r]): an 8 x 8 transpose in registers */
+static inline void tg_pack_8x8(float *p, const float *a, long lda) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(a + i * lda);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  /* r[c] holds column c (lanes 0-3: rows 0-3) and column c + 4 (lanes 4-7: rows 0-3);
+     r[4 + c]: the same of rows 4-7 */
+  for (int c = 0; c < 4; c++) {
+    _mm256_storeu_ps(p + 8 * c, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+    _mm256_storeu_ps(p + 8 * (c + 4), _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+  }
+}
+
 /* A's terms packed for the kernel, [row block][t][k][TG_MR], zero rows past M (aligned;
-   the caller frees it); NULL when the buffer cannot be had */
+   the caller frees it); NULL when the buffer cannot be had. A whole block of a row-major
+   A goes 8 x 8 at a time, of a transposed one a row of 8 at a time. */
 static float *tg_terms_pack(long M, long K, const float *a, long lda, int ta,
                             const long *terms, long nterms) {
   long depth = K * nterms, blocks = (M + TG_MR - 1) / TG_MR;
@@ -142,9 +166,16 @@ static float *tg_terms_pack(long M, long K, const float *a, long lda, int ta,
   for (long blk = 0; blk < blocks; blk++)
     for (long t = 0; t < nterms; t++) {
       const float *at = a + terms[2 * t];
-      for (long k = 0; k < K; k++)
+      long i0 = blk * TG_MR, k = 0;
+      if (i0 + TG_MR <= M && TG_MR == 8) {
+        if (ta)
+          for (; k < K; k++, p += 8) _mm256_storeu_ps(p, _mm256_loadu_ps(at + k * lda + i0));
+        else
+          for (; k + 8 <= K; k += 8, p += 64) tg_pack_8x8(p, at + i0 * lda + k, lda);
+      }
+      for (; k < K; k++)
         for (long r = 0; r < TG_MR; r++) {
-          long i = blk * TG_MR + r;
+          long i = i0 + r;
           *p++ = i < M ? at[ta ? k * lda + i : i * lda + k] : 0.0f;
         }
     }
