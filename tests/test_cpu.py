@@ -873,6 +873,12 @@ TRANSPOSED_B = {  # name: (rows, depth, cols, batch, B shared by the batch, A tr
     "batch of own Bs": ((64, 40, 300, (2,), False, False, 1), 2),
     "terms": ((70, 33, 290, (), False, False, 4), 2),
     "terms, batch sharing A": ((64, 16, 300, (3,), False, False, 8), 6),
+    # dot products of rows (tg_dots): deep, or less deep but too few rows for the copy;
+    # tails of rows, columns and K
+    "dot products, deep": ((37, 1100, 53, (), False, False, 1), 2),
+    "dot products, few rows": ((9, 300, 130, (), False, False, 1), 2),
+    "dot products, terms": ((50, 130, 77, (), False, False, 8), 2),
+    "dot products, batch": ((20, 270, 33, (3,), False, False, 1), 6),
     "too few rows for the copy": ((40, 64, 400, (), False, False, 1), 0),
     "blocks too narrow": ((100, 64, 200, (), False, False, 1), 0),
 }
@@ -882,10 +888,10 @@ TRANSPOSED_B = {  # name: (rows, depth, cols, batch, B shared by the batch, A tr
 @pytest.mark.parametrize("case", list(TRANSPOSED_B))
 def test_products_of_a_transposed_b_match_numpy(case, accumulate):
     """Float32 products whose ``B`` is stored transposed (``x W^T``, a linear layer's
-    weight; sums of them over terms, a convolution's weight gradient): each block's ``B``
-    is copied to rows and takes ``term_kernel``'s kernel where the block is high and wide
-    enough (the helper's count), else the BLAS's; both ways give NumPy's product, written
-    or added to ``out``."""
+    weight; sums of them over terms, a convolution's weight gradient): dot products of
+    rows where deep enough, else each block's ``B`` copied to rows for ``term_kernel``'s
+    kernel where the block is high and wide enough (the helper counts both), else the
+    BLAS's; every way gives NumPy's product, written or added to ``out``."""
     from tegrad.backends.cpu.gemm import Blas, matmul, one_blas_thread
 
     (rows, depth, cols, batch, shared, a_transposed, terms), blocks = TRANSPOSED_B[case]

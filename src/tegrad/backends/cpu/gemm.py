@@ -153,6 +153,14 @@ void tg_gemm(void *fn, int dbl, long batch, long M, long N, long K,
       tg_term_blocks++;
       continue;
     }
+    if (!dbl && tb && !ta && (K * nterms >= TG_DOTS_DEPTH
+                              || (m < TG_ROWS_MIN_M && K * nterms >= TG_DOTS_SHORT_DEPTH))) {
+      tg_dots(m, n, K, (const float *)a, lda, (const float *)bb, ldb, (float *)cc, ldc, terms,
+              nterms, acc);
+      #pragma omp atomic
+      tg_term_blocks++;
+      continue;
+    }
     if (!dbl && m >= TG_MR && n >= TG_MIN_COLS
         && (tb ? m >= TG_ROWS_MIN_M && nterms * K * n * 4 <= TG_ROWS_MAX_BYTES
                  && tg_terms_transposed(m, n, K, (const float *)a, lda, ta,
