@@ -355,16 +355,20 @@ def test_a_group_norm_gradient_sums_along_rows_and_shares_its_passes():
     """The input gradient of a group norm sums ``H[n, 2 g + rho, y, x] ...`` over its
     group, the residue ``rho`` of the scatter-to-gather listed last: the loops visit the
     axes by stride (``Options.order_reductions``), so each innermost loop reads a row of
-    10 contiguous floats, not 2 at a stride of 60; and the sums of the body written per
-    residue of the channel share their passes (siblings)."""
+    10 contiguous floats, not 2 at a stride of 60, and the plane's 6 rows are one loop of
+    60 (``Options.coalesce_loops``); the sums of the body written per residue of the
+    channel share their passes (siblings)."""
     torch = pytest.importorskip("torch")
     X = tg.placeholder((2, 8, 6, 10), "float32", "X")
     H = tg.placeholder(X.shape, "float32", "H")
-    f = tg.build([X, H], tg.gradient(tg.nn.group_norm(X, 4), [X], H), target="cpu")
-    text = f.program.steps[-1].src.text
-    inner = re.findall(r"#pragma omp simd reduction[^\n]*\n\s*for \(int r\d+ = 0; r\d+ < (\d+);",
-                       text)
-    assert inner and set(inner) == {"10"} and len(inner) <= 2, text
+    for coalesce, row in ((False, "10"), (True, "60")):
+        options = tg.Options.from_environment().replace(coalesce_loops=coalesce)
+        f = tg.build([X, H], tg.gradient(tg.nn.group_norm(X, 4), [X], H), target="cpu",
+                     options=options)
+        text = f.program.steps[-1].src.text
+        inner = re.findall(
+            r"#pragma omp simd reduction[^\n]*\n\s*for \(int r\d+ = 0; r\d+ < (\d+);", text)
+        assert inner and set(inner) == {row} and len(inner) <= 2, text
     rng = np.random.default_rng(7)
     x, h = (rng.standard_normal(X.shape).astype(np.float32) for _ in range(2))
     tx = torch.tensor(x, requires_grad=True)

@@ -397,8 +397,11 @@ def test_an_axis_of_many_residue_classes_before_the_last_is_looped(groups):
     if groups == 4:
         assert len(looped) == len(texts) == 2
         assert all(re.search(r"#pragma omp simd\n\s*for", t) for t in looped)
-        # the gradient's sums share loops (siblings): the mean's pass, then one more
-        assert looped[1].count("for (int r") == 6, looped[1]
+        # the gradient's sums share loops (siblings): the mean's pass, then one more,
+        # each over the group's 12 channels and their 5 x 8 points (one loop of 40:
+        # coalesce.py)
+        assert looped[1].count("for (int r") == 4, looped[1]
+        assert looped[1].count("r5 < 40") == 1, looped[1]
     else:
         assert not looped
     rng = np.random.default_rng(groups)
@@ -607,3 +610,53 @@ def _agree_with_and_without_regions(X, Y, x, h, tx, ty, rtol: float) -> None:
         f = tg.build([X, H], [Y, *tg.gradient(Y, [X], H)], target="cpu", options=options)
         for a, b in zip(f(x, h), [ty.detach().numpy(), tdx.numpy()], strict=True):
             np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-12)
+
+
+def _kernel_texts(outputs, **fields):
+    options = Options().replace(**fields)
+    return [KernelSource(t, b, "k0", a, c, options=options).text
+            for t, b, a, c in _general(outputs)]
+
+
+def _coalesce_cases():
+    """name -> (outputs, inputs, whether the image loops merge): each kernel reads the
+    image ``X`` (8 x 3 x 5 x 6) by its own pattern."""
+    X = tg.placeholder((8, 3, 5, 6), "float32", "X")
+    W = tg.placeholder((3,), "float32", "W")
+    C = tg.placeholder((6,), "float32", "C")
+    scaled = tg.compute(X.shape, lambda n, c, h, w: tg.maximum(X[n, c, h, w] * W[c], 0.0))
+    shifted = tg.compute((8, 3, 4, 6), lambda n, c, h, w: X[n, c, h + 1, w] - X[n, c, h, w])
+    columns = tg.compute(X.shape, lambda n, c, h, w: X[n, c, h, w] * C[w])
+    guarded = tg.compute(X.shape, lambda n, c, h, w: tg.if_then_else(h >= 1, X[n, c, h, w],
+                                                                          0.0))
+    checkered = tg.compute(X.shape, lambda n, c, h, w: tg.if_then_else(
+        (h + w) % 2 < 1, X[n, c, h, w], 0.0))
+    rh, rw = tg.reduce_axis(5, "rh"), tg.reduce_axis(6, "rw")
+    total = tg.compute((8, 3), lambda n, c: tg.sum(X[n, c, rh, rw] * X[n, c, rh, rw],
+                                                    axis=[rh, rw]))
+    return {"scaled": ([scaled], [X, W], True), "sum of squares": ([total], [X], True),
+            "shifted rows": ([shifted], [X], False), "per column": ([columns], [X, C], False),
+            "rows guarded into regions": ([guarded], [X], True),
+            "checkered": ([checkered], [X], False)}
+
+
+@pytest.mark.parametrize("case", list(_coalesce_cases()))
+def test_loops_over_an_image_plane_merge_where_only_addresses_read_them(case):
+    """A kernel over ``(N, C, H, W)`` whose body reads and writes ``[.., h, w]`` only
+    as addresses of row-major planes loops once over the ``H W`` points of a plane
+    (``lower/coalesce.py``), an elementwise map, a reduction and a guard's regions of
+    rows (``[1, 5)``: points ``[6, 30)``) alike; a shifted row, a per-column factor or a
+    value of ``h`` and ``w`` keep the two loops. Both ways give NumPy's values."""
+    outputs, inputs, merges = _coalesce_cases()[case]
+    merged = "\n".join(_kernel_texts(outputs))
+    nested = "\n".join(_kernel_texts(outputs, coalesce_loops=False))
+    assert re.search(r"< 6; [ir]\d+\+\+", nested)
+    assert bool(re.search(r"< 30; [ir]\d+\+\+", merged)) == merges, merged
+    assert (merged == nested) == (not merges)
+    rng = np.random.default_rng(4)
+    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in inputs]
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(coalesce_loops=on)
+        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -34,6 +34,10 @@ again is kept in a row buffer (``row_cache.py``, ``_row_buffers``).
 stored beside the output; column sums ``columns`` are added per thread into partial rows,
 combined in thread order after the loop (deterministic for a thread count).
 
+**Coalesced loops.** Once built, two nested loops that only address a contiguous block
+(an image plane's rows and columns) are one loop over its points (``coalesce.py``,
+``Options.coalesce_loops``).
+
 **Streaming stores.** A store to a line the cache does not hold first reads that line
 from memory. An output that no later kernel of the program reads (``stream``), of
 ``Options.stream_bytes`` or more, written by a kernel that moves
@@ -56,6 +60,7 @@ from ..ir.expr import Expr, Reduce, Var
 from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, substitute, walk
 from ..options import Options
+from .coalesce import coalesced
 from .kernels import General
 from .nest import (
     AddPartial,
@@ -143,7 +148,8 @@ class NestBuilder(ReduceLowering):
             self._nest(body, axes, shape, parallel)
             if self.columns:
                 self._close_partials(shape[-1])
-        return LoopNest(self.name, self.args, self.outputs, self.root, self.gathers)
+        kernel = LoopNest(self.name, self.args, self.outputs, self.root, self.gathers)
+        return coalesced(kernel) if self.options.coalesce_loops else kernel
 
     def _nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         if column_order(body, axes, shape):
