@@ -19,9 +19,10 @@ views of its padded input): each thread makes every term's call on its block, th
 with ``beta = 0`` and the rest adding into it, so a block's output stays in its cache.
 In float32 on a processor with AVX-512, such a sum or a single product, each thread's
 block at least ``term_kernel.MIN_COLS`` columns wide and ``term_kernel.TILE_ROWS`` rows
-high, with ``B``'s rows contiguous (or ``B`` stored transposed, shared by the batch and
-copied to rows once, for products ``term_kernel.ROWS_MIN_M`` rows high), is one
-register-blocked kernel instead (``term_kernel.py``).
+high, with ``B``'s rows contiguous (or ``B`` stored transposed, the block's terms copied
+to rows, for blocks ``term_kernel.ROWS_MIN_M`` rows high), is one register-blocked kernel
+instead; a deep product with ``B`` stored transposed and ``A`` row-major is dot products
+of rows read where they lie (``tg_dots``). ``term_kernel.py`` has both.
 
 The BLAS is Intel's MKL where the ``mkl`` package is installed (``pip install
 tegrad[mkl]``; its ``libmkl_rt`` set to the sequential threading layer, so that it runs on
