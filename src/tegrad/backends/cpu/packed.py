@@ -152,7 +152,9 @@ def _split(call: GemmCall, threads: int) -> tuple[int, int]:
 
 def takes_term_kernel(call: GemmCall, threads: int) -> bool:
     """Whether ``tg_gemm`` gives every thread's block of the one-batch, one-term call
-    ``call`` to ``term_kernel``'s kernel: its conditions, from the same constants."""
+    ``call`` to ``term_kernel``'s register tiles reading ``B``'s rows where they lie: its
+    conditions, from the same constants. A ``B`` stored transposed counts as not (there
+    ``tg_gemm`` copies it to rows at every call, or takes dot products of rows)."""
     chunks = _split(call, threads)[1]
     rows = call.M // chunks if call.by_rows else call.M
     cols = call.N if call.by_rows else call.N // chunks

@@ -239,6 +239,7 @@ static int tg_terms_f32(long M, long N, long K, const float *a, long lda, int ta
   free(ap);
   return 1;
 }
+
 /* C (+)= sum_t A_t B_t with B_t stored transposed and A row-major: every element a dot
    product of two rows read where they lie, C[i, j] = sum_t sum_k A[i lda + k + a_t]
    B[j ldb + k + b_t] (terms[2t], terms[2t + 1]). A tile of TG_DOT_MR rows by TG_DOT_NR
