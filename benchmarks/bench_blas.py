@@ -10,7 +10,10 @@ benchmark meets, alternating in one process, medians.
 Shapes (``M x N x K``; ``A^T``, ``B^T``: that operand stored transposed, as in the
 gradients ``X^T dY`` and ``dY W^T``): an LSTM's products (a step's, N=32, 4H=1024, H=256
 or I=128, and its 50 steps' at once), square 512 and 1024, and a 3x3 convolution's
-(K=64 by C*9=576 by 56*56 pixels, and its weight gradient's for one image). The last
+(K=64 by C*9=576 by 56*56 pixels, and its weight gradient's for one image), a weight
+stored transposed at 64 and 40 rows (copied to rows, and dot products), ResNet-18's 3x3
+convolution at 2x2 (32 x 512 x 2304) and its first one's weight gradient (64 x 147 x
+8192), and a product deep enough for slices (256 x 2048 x 2048). The last
 column is the kernel's time over MKL's where ``tg_gemm`` gives the product's blocks to
 ``term_kernel``'s kernels (float32, AVX-512, their limits: the helper's count of blocks
 rises in the checked first call), else ``-``.
@@ -40,7 +43,8 @@ SHAPES = ((32, 1024, 256, ""), (32, 1024, 128, ""), (1600, 1024, 128, "B^T"),
           (1600, 128, 1024, ""), (1024, 256, 1600, "A^T"), (512, 512, 512, ""),
           (512, 512, 512, "A^T"), (512, 512, 512, "B^T"), (1024, 1024, 1024, ""),
           (1024, 1024, 1024, "A^T"), (1024, 1024, 1024, "B^T"), (64, 3136, 576, ""),
-          (64, 576, 3248, "B^T"))
+          (64, 576, 3248, "B^T"), (64, 512, 512, "B^T"), (40, 512, 512, "B^T"),
+          (32, 512, 2304, "B^T"), (64, 147, 8192, "B^T"), (256, 2048, 2048, ""))
 
 
 def main(argv=None) -> int:

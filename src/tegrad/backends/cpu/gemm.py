@@ -86,10 +86,9 @@ void tg_rows(float *dst, const float *src, long K, long N, long ld, int nthreads
 #ifdef TG_TERMS
 /* C (+)= sum_t A_t B_t with every B_t stored transposed (x W^T: a linear layer's weight;
    dY X_t^T: a convolution's weight gradient, a term per image): each term's block copied
-   to rows, [t][k][j], for term_kernel's kernel. The copy is K N elements a term at about
-   5 per ns; the kernel saves about M N K / 64 cycles a term against MKL's AVX2 code, so
-   it pays from TG_ROWS_MIN_M rows on (term_kernel's header). 0 where the buffers cannot
-   be had. */
+   to rows, [t][k][j], for term_kernel's kernel. The copy is K N elements a term against
+   the kernel's M N K multiply-adds, so it pays for high blocks: from TG_ROWS_MIN_M rows
+   on (term_kernel's header). 0 where the buffers cannot be had. */
 static int tg_terms_transposed(long m, long n, long K, const float *a, long lda, int ta,
                                const float *b, long ldb, float *c, long ldc,
                                const long *terms, long nterms, int acc) {

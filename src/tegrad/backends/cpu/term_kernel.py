@@ -27,29 +27,28 @@ once for them all (``tg_gemm``), where each product packed it again; split by ro
 thread's block reads its rows of that pack (their first row a multiple of ``TG_MR``, else
 each product packs its own). Then even products narrower than ``MIN_COLS`` take the
 kernel, the pack being paid once per batch: 7x7 images' 63 widened columns ran at 52
-GFLOP/s through MKL and at 92 here (128 channels, batch of 8, one thread); a ResNet-50
-1x1 convolution's products (2048 x 49 x 512, batch of 8, two threads) in 4.9 ms through
-MKL and in 2.6 here.
+GFLOP/s through MKL and at 92 here (128 channels, batch of 8, one thread). Deep ones
+share the pack too (a ResNet-50 1x1 convolution's per-image products).
 
 Shifted sums and single products of any depth (128 or more columns a thread's block)
 beat MKL's calls, about 2x on this project's AMD EPYC (``benchmarks/bench_blas.py``
 measures these shapes against MKL): MKL runs its AVX2 code there. A single product
 deeper than ``SLICE_DEPTH`` runs in slices of that depth, each adding to ``C``, so that a
-slice's strip of ``B`` stays in L2 (a 1024-cube product 204 -> 246 GFLOP/s, 256 x 2048 x
-2048 161 -> 227, one thread).
+slice's strip of ``B`` stays in L2 (``bench_blas.py``, one thread: 256 x 2048 x 2048 at
+0.55x MKL's time).
 
 A ``B`` stored transposed (``x W^T``: a linear layer's weight, torch's layout; ``dY X^T``:
 a convolution's weight gradient, a term per image) has its block's terms copied to rows,
-``[t][k][j]`` (``tg_rows``, about 5 elements a nanosecond), for blocks at least
-``ROWS_MIN_M`` rows high: below that the copy costs more than the kernel saves (40 rows
-of a 512-square weight: 1.1x MKL's time, 64 rows: 0.75x, two threads). Where ``A`` is
-row-major and the product deep (``K`` times the terms at least ``DOTS_DEPTH``, or
-``DOTS_SHORT_DEPTH`` for blocks too low for the copy), each element is a dot product of
-two rows read where they lie instead (``tg_dots``): nothing is copied or packed, and a
-weight read once from memory meets every row of ``A`` (ResNet-18's 3x3 convolutions at
-2x2, 32 x 512 x 2304 with ``B = W^T``: 0.96 ms through MKL, 0.71 here, in its training
-step; its first convolution's weight gradient, 64 x 147 x 8192, 2.3 ms copied to rows,
-1.2 here). Other blocks stay BLAS calls.
+``[t][k][j]`` (``tg_rows``), for blocks at least ``ROWS_MIN_M`` rows high (64 rows of a
+512-square weight: 0.59x MKL's time); below that the copy costs about what the kernel
+saves. Where ``A`` is row-major and the product deep (``K`` times the terms at least
+``DOTS_DEPTH``, or ``DOTS_SHORT_DEPTH`` for blocks too low for the copy), each element is
+a dot product of two rows read where they lie instead (``tg_dots``): nothing is copied
+or packed, and a weight read once from memory meets every row of ``A``
+(``bench_blas.py``, one thread: 40 rows of a 512-square weight at 0.59x MKL's time,
+ResNet-18's 3x3 convolutions at 2x2, 32 x 512 x 2304 with ``B = W^T``, at 0.61x, its
+first convolution's weight gradient, 64 x 147 x 8192, at 0.66x). Other blocks stay BLAS
+calls.
 
 Compiled only where the compiler targets AVX-512 (``-march=native``); elsewhere, and for
 float64, ``tg_gemm`` makes the ``T`` BLAS calls. ``DIRECT_TERMS`` is replaced by 1 or 0
@@ -267,8 +266,8 @@ static void tg_dots_tile(const float *a, long lda, const float *b, long ldb,
   for (long t = 0; t < nterms; t++) {
     long ao = terms[2 * t], bo = terms[2 * t + 1];
     /* one loop with a mask at every k (its last, the tail's): split into a whole and a
-       tail loop, gcc folds the loads of B into the multiply-adds, once per row of A,
-       and the tile ran at 0.64x this one's speed (one thread, 32 x 512 x 2304) */
+       tail loop, gcc folds the loads of B into the multiply-adds, once per row of A, and
+       the tile is bound by its loads */
     for (long k = 0; k <= full; k += 16) {
       __mmask16 m = k < full ? 0xffff : tail;
       if (!m) break;
