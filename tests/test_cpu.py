@@ -1155,11 +1155,8 @@ def test_an_unread_scan_history_returns_to_the_pool(monkeypatch):
     np.testing.assert_allclose(again, reference, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["contiguous", "transposed", "broadcast", "strided", "3d",
-                                  "3d transposed", "strided transpose"])
-def test_parallel_copy_matches_numpy(case):
-    from tegrad.backends.cpu.copy import copy
-
+def _copy_source(case: str) -> tuple[np.ndarray, tuple]:
+    """A source of ``test_parallel_copy_matches_numpy``'s case and its destination's shape."""
     rng = np.random.default_rng(5)
     src = {"contiguous": rng.standard_normal((300, 400)),
            "transposed": rng.standard_normal((400, 300)).T,
@@ -1172,9 +1169,38 @@ def test_parallel_copy_matches_numpy(case):
            "strided transpose": rng.standard_normal((800, 301))[::2].T}[case]
     shape = {"3d": (7, 90, 130), "3d transposed": (7, 90, 130),
              "strided transpose": (301, 400)}.get(case, (300, 400))
+    return src, shape
+
+
+COPY_CASES = ["contiguous", "transposed", "broadcast", "strided", "3d", "3d transposed",
+              "strided transpose"]
+
+
+@pytest.mark.parametrize("case", COPY_CASES)
+def test_parallel_copy_matches_numpy(case):
+    from tegrad.backends.cpu.copy import copy
+
+    src, shape = _copy_source(case)
     dst = np.zeros((shape[0] + 4, *shape[1:]), src.dtype)[2:-2]
     copy(dst, src, threads=2, limits=LIMITS)
     np.testing.assert_array_equal(dst, np.broadcast_to(src, shape))
+
+
+@pytest.mark.parametrize("case", COPY_CASES)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_add_matches_numpy(case, threads):
+    """``copy.add`` (``tg_add``: a product's blocks added into a thin convolution's
+    output, the shifted views of ``products._through_taps`` summed) walks the dims a copy
+    would, adding; a destination that is itself a view."""
+    from tegrad.backends.cpu.copy import add, prepare_add
+
+    src, shape = _copy_source(case)
+    base = np.random.default_rng(6).standard_normal((shape[0] + 4, *shape[1:]))
+    dst = base.astype(src.dtype)[2:-2]
+    want = dst + np.broadcast_to(src, shape)
+    assert prepare_add(dst, src, LIMITS) is not None  # (the helper's, not NumPy's)
+    add(dst, src, threads=threads, limits=(1, 1))
+    np.testing.assert_array_equal(dst, want)
 
 
 SHORT_ROWS = {  # name: (source, destination shape); rows of at most 64 bytes are masked

@@ -173,6 +173,37 @@ void tg_copy(char *dst, const char *src, int ndim, const long *shape, const long
     }
   }
 }
+
+/* dst[...] += src[...] over the same dims (float, or double where dbl), split over the
+   outer index space as tg_copy is */
+void tg_add(char *dst, const char *src, int ndim, const long *shape, const long *ds,
+            const long *ss, int dbl, int nthreads) {
+  long n = shape[ndim - 1], size = dbl ? 8 : 4;
+  long dk = ds[ndim - 1] / size, sk = ss[ndim - 1] / size, outer = outer_of(ndim - 1, shape);
+  int k = ndim - 1;
+  #pragma omp parallel num_threads(nthreads) if(nthreads > 1)
+  {
+    int t = omp_get_thread_num(), threads = omp_get_num_threads();
+    long lo = outer * t / threads, hi = outer * (t + 1) / threads, doff, soff;
+    long index[MAX_DIMS], rest = lo;
+    for (int d = k - 1; d >= 0; d--) { index[d] = rest % shape[d]; rest /= shape[d]; }
+    offsets(lo, k, shape, ds, ss, &doff, &soff);
+    for (long f = lo; f < hi; f++) {
+      if (dbl) {
+        double *d = (double *)(dst + doff);
+        const double *s = (const double *)(src + soff);
+        if (dk == 1 && sk == 1) for (long i = 0; i < n; i++) d[i] += s[i];
+        else for (long i = 0; i < n; i++) d[i * dk] += s[i * sk];
+      } else {
+        float *d = (float *)(dst + doff);
+        const float *s = (const float *)(src + soff);
+        if (dk == 1 && sk == 1) for (long i = 0; i < n; i++) d[i] += s[i];
+        else for (long i = 0; i < n; i++) d[i * dk] += s[i * sk];
+      }
+      advance(k, index, shape, ds, ss, &doff, &soff);
+    }
+  }
+}
 """
 def limits(options: Options) -> tuple[int, int]:
     """``(elements, transpose elements)``: a copy smaller than the first stays with NumPy
@@ -183,13 +214,14 @@ def limits(options: Options) -> tuple[int, int]:
 
 
 @cache
-def helper():
-    """``tg_copy``, compiled (or loaded from the disk cache)."""
+def helper(name: str = "tg_copy"):
+    """``tg_copy`` (or ``tg_add``), compiled (or loaded from the disk cache)."""
     from .compiler import bind, load
 
-    return bind(load(_HELPER), "tg_copy",
+    width = ctypes.c_long if name == "tg_copy" else ctypes.c_int  # (its size, or dbl)
+    return bind(load(_HELPER), name,
                 [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
-                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_int])
+                 ctypes.c_void_p, ctypes.c_void_p, width, ctypes.c_int])
 
 
 SHORT_ROW_BYTES = 64  # a contiguous row this short is one masked move (tg_copy)
@@ -289,6 +321,40 @@ class CopyCall:
     def run(self, dst: int, src: int, threads: int) -> None:
         helper()(dst, src, self.ndim, *self.addresses, self.itemsize,
                   threads if self.parallel else 1)
+
+
+class AddCall:
+    """One ``tg_add`` call, ``dst[...] += src`` (float32 or float64), replayable as a
+    ``CopyCall`` is; its dims are walked in the order a copy's would be."""
+
+    def __init__(self, dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
+        self.walk = CopyCall(dst, src, limits)
+
+    def run(self, dst: int, src: int, threads: int) -> None:
+        w = self.walk
+        helper("tg_add")(dst, src, w.ndim, *w.addresses, int(w.itemsize == 8),
+                         threads if w.parallel else 1)
+
+
+def prepare_add(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
+    """``(call, (dst, src broadcast))`` making ``dst[...] += src``, or None for an add
+    that NumPy must make (dtypes differ or are not float32 or float64, 0-d, or ``dst``
+    overlapping itself: a broadcast view)."""
+    if (dst.dtype != src.dtype or dst.dtype not in (np.float32, np.float64)
+            or dst.ndim == 0 or dst.size == 0 or 0 in dst.strides):
+        return None
+    src = np.broadcast_to(src, dst.shape)
+    return AddCall(dst, src, limits), (dst, src)
+
+
+def add(dst: np.ndarray, src: np.ndarray, threads: int, limits: tuple[int, int]) -> None:
+    """``dst[...] += src`` (broadcasting ``src``; NumPy's below ``limits[0]`` elements)."""
+    prepared = None if dst.size < limits[0] else prepare_add(dst, src, limits)
+    if prepared is None:
+        np.add(dst, src, out=dst)
+        return
+    call, operands = prepared
+    call.run(*(x.ctypes.data for x in operands), threads)
 
 
 def prepare(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):

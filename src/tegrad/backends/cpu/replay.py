@@ -5,9 +5,10 @@ derives views, layout copies and product shapes from its operands' shapes and st
 That costs about 0.2 ms a call whatever the size, and a scan's step calls it once per step
 (an LSTM's ``h @ W`` is 0.1 ms of BLAS). Its decisions depend only on the layouts, so
 ``ReplayedContraction`` runs the general path once per layout ``(shape, strides, dtype)``
-of the factors with a ``Recorder`` as its products, copies and allocations
-(``host/ops.HostOps``). Every product (``gemm.GemmCall``) and copy (``copy.CopyCall``) is
-logged with each operand located as ``(buffer, byte offset)``, where a buffer is one of:
+of the factors with a ``Recorder`` as its products, copies, adds and allocations
+(``host/ops.HostOps``). Every product (``gemm.GemmCall``), copy (``copy.CopyCall``) and
+add (``copy.AddCall``: a product's blocks, a sum of shifted views) is logged with each
+operand located as ``(buffer, byte offset)``, where a buffer is one of:
 
 - an input: the array of a tensor the contraction reads;
 - the output: the array the contraction returns, taken from the program's pool;
@@ -23,9 +24,9 @@ ever new strides); others take the general path.
 
 A recording is kept only when it is complete. Every operand an action touches must lie in
 one of those buffers: an operand NumPy computed (a cast, a partial sum, a scaled copy)
-lies in none. Writes that are neither products nor copies (an accumulated product, a
-zeroed piece) call ``HostOps.untraceable``. A contraction returning anything but
-its output buffer is not kept either. Otherwise the layout keeps the general path.
+lies in none. Writes that are none of those (a zeroed piece, a scaled sum) call
+``HostOps.untraceable``. A contraction returning anything but its output buffer is not
+kept either. Otherwise the layout keeps the general path.
 """
 
 from __future__ import annotations
@@ -158,6 +159,15 @@ class Recorder:
             return
         self._log(*prepared)
 
+    def add(self, dst, src) -> None:
+        prepared = copies.prepare_add(dst, src, self.copy_limits)
+        if prepared is None:
+            if dst.size:
+                self.untraceable("an add outside the copy helper")
+            np.add(dst, src, out=dst)
+            return
+        self._log(*prepared)
+
     def _log(self, call, operands, reach=None) -> None:
         """Log and make ``call`` on ``operands``; ``reach`` lists, per operand, the arrays
         its call touches (a product's terms: at fixed offsets in the same buffer)."""
@@ -279,6 +289,7 @@ def compiled_host(threads: int, pool: BufferPool | None, options: Options) -> Ho
     return HostOps.for_options(options).replace(
         matmul=partial(gemm.matmul, threads=threads),
         copy=partial(copies.copy, threads=threads, limits=copies.limits(options)),
+        add=partial(copies.add, threads=threads, limits=copies.limits(options)),
         empty=None if pool is None else pool.take)
 
 
@@ -318,7 +329,8 @@ class ReplayedContraction:
     def _record(self, key, inputs, arrays, pool) -> np.ndarray:
         recorder = Recorder(inputs, pool, self.threads, copies.limits(self.options))
         host = HostOps.for_options(self.options).replace(
-            matmul=recorder.matmul, copy=recorder.copy, empty=recorder.empty, trace=recorder)
+            matmul=recorder.matmul, copy=recorder.copy, add=recorder.add, empty=recorder.empty,
+            trace=recorder)
         result = run_contraction(self.c, arrays, host)
         why = recorder.why
         if why is None and result is not recorder.output:

@@ -78,6 +78,7 @@ ROWS_MIN_M = 64  # a B stored transposed is copied to rows for blocks this high
 ROWS_MAX_BYTES = 1 << 24  # whose copy is at most this large
 DOTS_DEPTH = 1024  # a B stored transposed and A row-major: dot products from this deep
 DOTS_SHORT_DEPTH = 256  # (terms times K), or this deep below ROWS_MIN_M rows
+DOTS_SLICE = 1024  # a single product of dot products deeper than this runs in slices
 
 SOURCE = f"""
 #define TG_MR {TILE_ROWS}
@@ -86,6 +87,7 @@ SOURCE = f"""
 #define TG_SLICE_DEPTH {SLICE_DEPTH}
 #define TG_DOTS_DEPTH {DOTS_DEPTH}
 #define TG_DOTS_SHORT_DEPTH {DOTS_SHORT_DEPTH}
+#define TG_DOTS_SLICE {DOTS_SLICE}
 #define TG_ROWS_MAX_BYTES {ROWS_MAX_BYTES}L
 """ + r"""
 #if defined(__AVX512F__) && DIRECT_TERMS
@@ -98,9 +100,10 @@ SOURCE = f"""
 /* one tile: rows < TG_MR of C, cols <= 16 NV (the tile's vectors); ap packed
    [t][k][TG_MR]; b at the tile's first column of the first term; terms[2t + 1]: term t's
    offset of B. Written once per NV (1, 2, 3): a tail of 32 columns is two vectors' work,
-   not three with one masked out. */
-#define TG_TERMS_TILE(NV)                                                                \
-static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,                \
+   not three with one masked out. PF (the _pf version of a whole tile): it also
+   prefetches into L2 the lines of B the next tile reads. */
+#define TG_TERMS_TILE(NV, NAME, PF)                                                      \
+static void NAME(const float *ap, const float *b, long ldb,                              \
                               const long *terms, long nterms, long K, float *c, long ldc, \
                               int rows, int cols, int acc) {                             \
   __m512 s[TG_MR][NV];                                                                   \
@@ -116,6 +119,9 @@ static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,        
     const float *bt = b + terms[2 * t + 1];                                              \
     for (long k = 0; k < K; k++, ap += TG_MR) {                                          \
       const float *row = bt + k * ldb;                                                   \
+      if (PF)                                                                            \
+        for (int v = 0; v < NV; v++)                                                     \
+          _mm_prefetch((const char *)(row + TG_NR + 16 * v), _MM_HINT_T1);               \
       __m512 bv[NV];                                                                     \
       for (int v = 0; v < NV; v++) bv[v] = _mm512_maskz_loadu_ps(m[v], row + 16 * v);   \
       _Pragma("GCC unroll 8")                                                            \
@@ -135,9 +141,10 @@ static void tg_terms_tile##NV(const float *ap, const float *b, long ldb,        
     }                                                                                    \
   }                                                                                      \
 }
-TG_TERMS_TILE(1)
-TG_TERMS_TILE(2)
-TG_TERMS_TILE(3)
+TG_TERMS_TILE(1, tg_terms_tile1, 0)
+TG_TERMS_TILE(2, tg_terms_tile2, 0)
+TG_TERMS_TILE(3, tg_terms_tile3, 0)
+TG_TERMS_TILE(3, tg_terms_tile3_pf, 1)
 
 /* rows i0 .. i0 + 7 of A, columns k0 .. k0 + 7 (row-major, lda), as 8 rows of the pack
    (p[k][r]): an 8 x 8 transpose in registers */
@@ -214,7 +221,9 @@ static void tg_terms_packed(long M, long N, long K, const float *ap, const float
         float *cb = c + blk * TG_MR * ldc;
         for (long j = j0; j < j1; j += TG_NR) {
           int cols = (int)(j1 - j < TG_NR ? j1 - j : TG_NR);
-          if (cols > 32)
+          if (cols > 32 && blk == 0)  /* the first row block meets B from memory */
+            tg_terms_tile3_pf(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
+          else if (cols > 32)
             tg_terms_tile3(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
           else if (cols > 16)
             tg_terms_tile2(a, bk + j, ldb, terms, nterms, kk, cb + j, ldc, rows, cols, add);
@@ -296,15 +305,23 @@ static void tg_dots_tile(const float *a, long lda, const float *b, long ldb,
    meet every row of A (a chunk of A's rows at a time, about 128 KiB of them, in L2) */
 static void tg_dots(long M, long N, long K, const float *a, long lda, const float *b,
                     long ldb, float *c, long ldc, const long *terms, long nterms, int acc) {
-  long chunk = (1L << 17) / (K * nterms * (long)sizeof(float) + 1) / TG_DOT_MR * TG_DOT_MR;
-  if (chunk < TG_DOT_MR) chunk = TG_DOT_MR;
-  for (long i0 = 0; i0 < M; i0 += chunk) {
-    long i1 = i0 + chunk < M ? i0 + chunk : M;
-    for (long j = 0; j < N; j += TG_DOT_NR)
-      for (long i = i0; i < i1; i += TG_DOT_MR)
-        tg_dots_tile(a + i * lda, lda, b + j * ldb, ldb, terms, nterms, K, c + i * ldc + j,
-                     ldc, (int)(i1 - i < TG_DOT_MR ? i1 - i : TG_DOT_MR),
-                     (int)(N - j < TG_DOT_NR ? N - j : TG_DOT_NR), acc);
+  /* a single product deeper than TG_DOTS_SLICE in slices of it, the later ones adding to
+     C: a chunk of A's rows, read again for every column of B, stays in L2 at any depth
+     (at 4608 deep a chunk was 4 rows, and B was read from memory once per 4 rows) */
+  long slice = nterms == 1 && K > TG_DOTS_SLICE ? TG_DOTS_SLICE : K;
+  for (long k0 = 0; k0 < K; k0 += slice) {
+    long kk = K - k0 < slice ? K - k0 : slice;
+    long chunk = (1L << 17) / (kk * nterms * (long)sizeof(float) + 1) / TG_DOT_MR * TG_DOT_MR;
+    if (chunk < TG_DOT_MR) chunk = TG_DOT_MR;
+    int add = acc || k0 > 0;
+    for (long i0 = 0; i0 < M; i0 += chunk) {
+      long i1 = i0 + chunk < M ? i0 + chunk : M;
+      for (long j = 0; j < N; j += TG_DOT_NR)
+        for (long i = i0; i < i1; i += TG_DOT_MR)
+          tg_dots_tile(a + i * lda + k0, lda, b + j * ldb + k0, ldb, terms, nterms, kk,
+                       c + i * ldc + j, ldc, (int)(i1 - i < TG_DOT_MR ? i1 - i : TG_DOT_MR),
+                       (int)(N - j < TG_DOT_NR ? N - j : TG_DOT_NR), add);
+    }
   }
 }
 #endif

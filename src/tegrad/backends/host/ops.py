@@ -6,6 +6,7 @@ target decides how. ``HostOps`` carries
   matmul(a, b, out=None, accumulate=False)   a product (``product_sum``: with lists of
                         terms, the sum of their products; added to ``out`` when accumulating)
   copy(dst, src)        ``dst[...] = src``, broadcasting (``numpy_copy``)
+  add(dst, src)         ``dst[...] += src``, broadcasting (``numpy_add``)
   empty(shape, dtype)   the output array (None: a new one)
   trace                 a recorder (``backends/cpu/replay.py``) told of every write that
                         is neither a product nor a copy (``untraceable``), or None
@@ -76,10 +77,16 @@ def numpy_copy(dst: np.ndarray, src: np.ndarray, threads: int = 1) -> None:
         job.result()
 
 
+def numpy_add(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] += src`` (broadcasting)."""
+    np.add(dst, src, out=dst)
+
+
 @dataclass(frozen=True)
 class HostOps:
     matmul: Callable = product_sum
     copy: Callable = numpy_copy
+    add: Callable = numpy_add
     empty: Callable | None = None
     trace: object = None
     min_phases: int = 2

@@ -169,7 +169,6 @@ def _through_taps(p: Piece, arrays: dict, target: np.ndarray, accumulate: bool,
     t_shape = [v.extent for v in t_vars]
     if math.prod(t_shape) > min(data[big].size, TAP_GROWTH * target.size):
         return False  # (larger than the copy of the larger operand it saves)
-    host.untraceable("a product through its taps")
     taps = WORKSPACE.get("taps", t_shape, target.dtype)
     _contract(ops, t_vars, taps, {**ext, **{v: v.extent for v in t_vars}}, shared, 1.0,
               False, host)
@@ -188,6 +187,9 @@ def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, host: Hos
               zero=None):
     present = set().union(*(vs for _, vs in ops))
     scale *= math.prod(ext[v] for v in red_vars if v not in present)
+    if len(ops) == 1 and scale == 1 and _sum_of_views(*ops[0], out_vars, target, accumulate,
+                                                      host):
+        return
     summed = []
     for k, (a, vs) in enumerate(ops):
         others = set(out_vars).union(*(set(w) for j, (_, w) in enumerate(ops) if j != k))
@@ -213,6 +215,23 @@ def _contract(ops, out_vars, target, ext, red_vars, scale, accumulate, host: Hos
     _write(target, out_vars, result, rvars, accumulate, host)
 
 
+MAX_VIEW_SUMS = 64  # a sum over more views of one operand than this is NumPy's
+
+
+def _sum_of_views(a, vs, out_vars, target, accumulate, host: HostOps) -> bool:
+    """``target (+)= a`` summed over its variables outside ``out_vars``, as one copy and
+    adds of views of ``a`` (which a recording logs: the sum of shifted views of
+    ``_through_taps``); False (nothing run) for a sum of more than ``MAX_VIEW_SUMS``."""
+    kept = [v for v in vs if v in out_vars]
+    summed = [v for v in vs if v not in out_vars]
+    t = np.transpose(a, [vs.index(v) for v in (*kept, *summed)])
+    if math.prod(t.shape[len(kept):]) > MAX_VIEW_SUMS:
+        return False
+    for n, index in enumerate(np.ndindex(*t.shape[len(kept):])):
+        _write(target, out_vars, t[(Ellipsis, *index)], kept, accumulate or n > 0, host)
+    return True
+
+
 def _write(target, out_vars, result, rvars, accumulate, host: HostOps):
     perm = [rvars.index(v) for v in out_vars if v in rvars]
     result = np.transpose(result, perm)
@@ -220,8 +239,7 @@ def _write(target, out_vars, result, rvars, accumulate, host: HostOps):
                              for v in out_vars])
     result = result[tuple(slice(0, n) for n in target.shape)]  # drop widened columns
     if accumulate:
-        host.untraceable("an accumulated product")
-        target += result
+        host.add(target, result)
     else:
         host.copy(target, result)
 
@@ -270,11 +288,14 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
     k_vars = [v for v in k_vars if v not in looped]
     layout = (looped, kept, prefix, m_vars, n_vars, k_vars, overlap)
     # block along the outermost batch axis so that each laid-out operand stays in cache
-    size = max(math.prod(ext[v] for v in (*prefix, *m_vars, *k_vars) if v in xv),
-               math.prod(ext[v] for v in (*prefix, *k_vars, *n_vars) if v in yv))
+    # (an operand read where it lies is not laid out: a 3x3 convolution's weight at 2 x 2,
+    # 512 x 4608, was two products of half its depth, summed by NumPy)
+    size = max(_laid_out_size(x, xv, prefix, m_vars, k_vars, ext),
+               _laid_out_size(y, yv, prefix, k_vars, n_vars, ext))
     # (or, with no batch axis, along the outermost reduced axis, adding the blocks up)
     lead = prefix[0] if prefix else (k_vars[0] if k_vars else None)
-    blocks = 1 if lead is None or looped or overlap else min(ext[lead], -(-size // BLOCK_ELEMENTS))
+    blocks = 1 if lead is None or looped or overlap else min(ext[lead],
+                                                               max(1, -(-size // BLOCK_ELEMENTS)))
     if blocks and len(prefix) >= 2 and not looped and not overlap and not all(
             _batch_merges(arr, vs, prefix, ext)
             for arr, vs in ((x, xv), (y, yv), (target, out_vars))):
@@ -294,6 +315,13 @@ def _matmul(ops, out_vars, target, ext, scale, accumulate, host: HostOps, zero=N
         else:
             _gemm(xs, xv, ys, yv, layout, out_vars, target, sub, scale, accumulate or lo > 0,
                   host)
+
+
+def _laid_out_size(a, vs, prefix, rows, cols, ext) -> int:
+    """The elements of ``a``'s layout copy as (prefix, rows, cols); 0 where it is a view."""
+    if matrix_view(a, vs, prefix, rows, cols, ext) is not None:
+        return 0
+    return math.prod(ext[v] for v in (*prefix, *rows, *cols) if v in vs)
 
 
 def _merge_thin_batch(prefix, m_vars, n_vars, side, n_side, x, y, ext, thin: int):
