@@ -158,6 +158,38 @@ def test_looped_conv_products_match_torch(name, target):
         assert max(copies) < 1.5 * x.nbytes  # padding or phase planes, no im2col
 
 
+@pytest.mark.parametrize("op", ["conv3d", "conv_transpose3d"])
+@pytest.mark.parametrize("target", ["cpu", "numpy"])
+def test_strided_3d_convolutions_loop_their_taps(op, target):
+    """A 3-D convolution of stride (1, 2, 2) reads its input's phase planes, whose rows
+    and depth do not merge (a plane has a row more than the output): its depth is a batch
+    of products, one per tap summed (``products._batch_layout``), not an im2col copy of
+    27 times the input; a strided 3-D transposed convolution's input gradient is that
+    convolution. Recorded and replayed; every result against torch in float64."""
+    torch = pytest.importorskip("torch")
+    stride = (1, 2, 2) if op == "conv3d" else 2
+    X = tg.placeholder((2, 16, 4, 10, 10), "float64", "X")  # (16 channels: MIN_TERM_DEPTH)
+    W = tg.placeholder((16, 16, 3, 3, 3), "float64", "W")
+    Y = getattr(tg.nn, op)(X, W, stride=stride, padding=1)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    f = tg.build([X, W, H], [Y, *tg.gradient(Y, [X, W], head=H)], target=target)
+    for seed in (1, 2, 1):
+        x, w, h = _arrays([X, W, H], seed)
+        tx, tw = (torch.tensor(a, requires_grad=True) for a in (x, w))
+        ty = getattr(torch.nn.functional, op)(tx, tw, stride=stride, padding=1)
+        want = [ty, *torch.autograd.grad(ty, [tx, tw], torch.tensor(h))]
+        _assert_close(f(x, w, h), [t.detach().numpy() for t in want], "float64")
+    if target == "cpu":
+        steps = _contractions(f.program)
+        assert steps and not any(s.untraced for s in steps)
+        strided = steps[0] if op == "conv3d" else steps[1]  # (the input gradient)
+        (recipe,) = strided.recipes.values()
+        assert max(len(c.terms) // 2 for c, _ in recipe.actions if hasattr(c, "terms")) > 1
+        copies = [np.prod(c.shape) * c.itemsize for c, _ in recipe.actions
+                  if not hasattr(c, "terms")]
+        assert max(copies) < 3 * x.nbytes  # phase planes, no im2col
+
+
 @pytest.mark.parametrize("name", ["batched matmul", "conv2d of 2 x 2 images"])
 def test_accumulated_blocks_are_products_adding_into_the_output(monkeypatch, name):
     """A product made in blocks of its reduced axis adds the later blocks into the output,

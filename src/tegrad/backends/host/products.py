@@ -390,7 +390,7 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, overlap_byte
     products, each at least ``MIN_TERM_DEPTH`` deep; of those, the fewest multiply-adds,
     products that read only padding skipped), those are looped: each BLAS thread
     adds the products of its block of the output up (``gemm.py``). A batch variable only
-    the larger operand reads may join its free dimension there (``_batch_layouts``).
+    the larger operand reads may join its free dimension there (``_batch_layout``).
     Where no such loop exists, ``_overlap_layout``'s copy replaces im2col's if it can."""
     sides = sorted([(x, xv, True), (y, yv, False)], key=lambda s: -s[0].size)
     big, bv, left = sides[0]
@@ -404,14 +404,14 @@ def _choose_loop(x, xv, y, yv, prefix, m_vars, n_vars, k_vars, ext, overlap_byte
             depth = math.prod(ext[v] for v in rest)
             if math.prod(ext[v] for v in loop) > MAX_TERMS or depth < MIN_TERM_DEPTH:
                 continue
-            for pre, free in _batch_layouts(prefix, m_vars if left else n_vars,
-                                            yv if left else xv):
-                if matrix_view(big, bv, loop + pre, free, rest, ext) is not None:
-                    kept = _live_terms(loop, ext, zero)
-                    if best is None or (len(kept) * depth, len(kept)) < best[0]:
-                        layout = (pre, free, n_vars) if left else (pre, m_vars, free)
-                        best = (len(kept) * depth, len(kept)), (loop, kept, *layout, None)
-                    break
+            found = _batch_layout(big, bv, loop, rest, prefix, m_vars if left else n_vars,
+                                  sides[1][:2], ext)
+            if found is not None:
+                pre, free = found
+                kept = _live_terms(loop, ext, zero)
+                if best is None or (len(kept) * depth, len(kept)) < best[0]:
+                    layout = (pre, free, n_vars) if left else (pre, m_vars, free)
+                    best = (len(kept) * depth, len(kept)), (loop, kept, *layout, None)
     if best is None:
         return _overlap_layout(big, bv, left, prefix, m_vars, n_vars, k_vars, ext,
                                overlap_bytes, zero) or unchanged
@@ -464,17 +464,39 @@ def _live_terms(looped: list, ext: dict, zero) -> list[tuple]:
             if zero is None or not zero(dict(zip(looped, v, strict=True)))]
 
 
-def _batch_layouts(prefix, free, other):
-    """``(prefix, free)`` as given, then with each batch variable that ``other`` (the
-    other operand's variables) lacks moved into ``free`` at each position: a phased
-    input stores the batch between its rows and columns (``_phased_layout``), so that one
-    product per term covers every image, where at stride 2 one image's rows are short."""
-    yield prefix, free
+def _batch_layout(big, bv, loop, rest, prefix, free, small, ext):
+    """``(prefix, free)`` of the larger operand ``big`` (its variables ``bv``) that is a
+    view with the ``loop`` variables looped and ``rest`` reduced, or None; ``small``: the
+    other operand and its variables, ``other``. Tried in turn:
+    ``(prefix, free)`` as given, then with each batch variable that ``other`` (the other
+    operand's variables) lacks moved into ``free`` at each position: a phased input
+    stores the batch between its rows and columns (``_phased_layout``), so that one
+    product per term covers every image, where at stride 2 one image's rows are short.
+    Else, of those with the leading free variables that ``other`` lacks moved into the
+    batch (``other`` read at batch stride 0), the one of the widest products: a strided
+    3-D convolution's phase planes have a row more than its output, so its depth does not
+    merge with their rows and pixels, and is a batch of products (else im2col copies the
+    input 27 times). Their batch must be one stride in both operands (as a BLAS call's
+    is: ``_batch_merges``)."""
+    other = small[1]
+    layouts = [(prefix, free)]
     for v in prefix:
         if v not in other:
-            rest = [u for u in prefix if u is not v]
-            for at in range(len(free) + 1):
-                yield rest, [*free[:at], v, *free[at:]]
+            others = [u for u in prefix if u is not v]
+            layouts += [(others, [*free[:at], v, *free[at:]]) for at in range(len(free) + 1)]
+    for pre, fr in layouts:
+        if matrix_view(big, bv, loop + pre, fr, rest, ext) is not None:
+            return pre, fr
+    batched = []
+    for pre, fr in layouts:
+        for at in range(1, len(fr)):
+            if fr[at - 1] in other:
+                break
+            batch = [*pre, *fr[:at]]
+            if (matrix_view(big, bv, loop + batch, fr[at:], rest, ext) is not None
+                    and _batch_merges(big, bv, batch, ext) and _batch_merges(*small, batch, ext)):
+                batched.append((batch, fr[at:]))
+    return max(batched, key=lambda lay: math.prod(ext[v] for v in lay[1]), default=None)
 
 
 def _gemm(x, xv, y, yv, layout, out_vars, target, ext, scale, accumulate, host: HostOps):

@@ -92,7 +92,7 @@ def _phased_layout(f: Factor, batch) -> list[int]:
     """The memory order of a phased factor's buffer dims: the phase dims, then the
     tensor's, but with the batch dims (read as one ``batch`` variable alone) between the
     last two, so that one channel's rows of every image of a phase plane form one matrix
-    row (``_batch_layouts``)."""
+    row (``_batch_layout``)."""
     count = len(f.phases)
     dims = list(range(count, len(f.index)))
     moved = [d for d in dims[:-2] if len(f.index[d][0]) == 1
