@@ -102,6 +102,7 @@ SETTINGS = {
     "tiles": (dict(transpose_tile=8), dict(transpose_tile=0)),
     "looped": (dict(looped_residues=2), dict(looped_residues=0)),
     "coalesce": (dict(coalesce_loops=True), dict(coalesce_loops=False)),
+    "lanes": (dict(lanes=True), dict(lanes=False)),
     "inline": (dict(max_inline_ratio=2.0, max_cheap_inline_ratio=9.0),
                dict(max_inline_ratio=1.0, max_cheap_inline_ratio=1.0)),
     "copies": (dict(parallel_copy_elements=0, parallel_transpose_elements=0),

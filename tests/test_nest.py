@@ -660,3 +660,74 @@ def test_loops_over_an_image_plane_merge_where_only_addresses_read_them(case):
         options = tg.Options.from_environment().replace(coalesce_loops=on)
         got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _lane_cases():
+    """name -> (outputs, inputs, whether a sum runs in lanes): float32 sums whose last
+    axis is short, inside another loop of the sum (``lower/nest_lanes.py``)."""
+    X = tg.placeholder((2, 3, 7, 13), "float32", "X")
+    Y = tg.placeholder((2, 3, 7, 13), "float32", "Y")
+    V = tg.placeholder((7,), "float32", "V")
+    D = tg.placeholder((2, 3, 7, 13), "float64", "D")
+    rh, rw = tg.reduce_axis(7, "rh"), tg.reduce_axis(13, "rw")
+    # a depthwise convolution's weight gradient: each tap's rows cut by its padding
+    w = tg.placeholder((3, 1, 3, 3), "float32", "w")
+    conv = tg.nn.conv2d(X, w, padding=1, groups=3)
+    head = tg.placeholder(conv.shape, "float32", "H")
+    (dw,) = tg.gradient(conv, [w], head=head)
+
+    def plane(body, name, n=7, m=13):
+        a, b = tg.reduce_axis(n, "a"), tg.reduce_axis(m, "b")
+        return tg.compute((2, 3), lambda i, c: tg.sum(body(i, c, a, b), axis=[a, b]),
+                          name=name)
+
+    # a row that ends short of the plane's: no merged loop (coalesce.py) takes it
+    cut = tg.compute((2, 3), lambda i, c: tg.sum(X[i, c, rh, rw] * Y[i, c, rh, rw],
+                                                  axis=[rh, rw], where=rw < 11), name="cut")
+    mixed = plane(lambda i, c, a, b: -(X[i, c, a, b] - V[a] * 2.0) / (Y[i, c, a, b] + 3.0),
+                  "mixed")
+    strided = tg.compute((2, 3), lambda i, c: tg.sum(X[i, c, rh, rw // 2 * 2] * 1.5,
+                                                     axis=[rh, rw]), name="strided")
+    short = plane(lambda i, c, a, b: X[i, c, a, b] * Y[i, c, a, b], "short", 7, 3)
+    wide = tg.placeholder((2, 3, 7, 70), "float32", "Z")
+    longer = plane(lambda i, c, a, b: wide[i, c, a, b] * 2.0, "longer", 7, 70)
+    wide64 = plane(lambda i, c, a, b: D[i, c, a, b] * 2.0, "float64", 7, 13)
+    big = tg.placeholder((20000, 13), "float32", "B")
+    ra, rb = tg.reduce_axis(20000, "ra"), tg.reduce_axis(13, "rb")
+    everything = tg.compute((), lambda: tg.sum(big[ra, rb] * 2.0, axis=[ra, rb]), name="all")
+    two = tg.placeholder((2, 3, 7, 32), "float32", "T")
+    rows28 = plane(lambda i, c, a, b: two[i, c, a, b + 2] * two[i, c, a, b], "rows28", 7, 28)
+    rows32 = plane(lambda i, c, a, b: two[i, c, a, b] * 0.5 + 1.0, "rows32", 7, 32)
+    return {"depthwise weight gradient": ([dw], [X, head], True),
+            "rows cut short": ([cut], [X, Y], True),
+            "arithmetic of rows and a broadcast": ([mixed], [X, Y, V], True),
+            "a gathered row": ([strided], [X], False),
+            "rows of 3": ([short], [X, Y], False),
+            "rows of 70": ([longer], [wide], False),
+            "float64": ([wide64], [D], False),
+            "rows of 28": ([rows28], [two], True), "rows of 32": ([rows32], [two], True),
+            # (its first loop shared out over threads, each with its own accumulator)
+            "a 0-d sum over threads": ([everything], [big], False)}
+
+
+@pytest.mark.parametrize("case", list(_lane_cases()))
+def test_short_sums_run_in_lanes(case):
+    """A float32 sum over rows of 4 to 64 points, inside another loop of it, is masked
+    vectors per row whose lanes are summed once, after all the rows
+    (``lower/nest_lanes.py``): a depthwise convolution's weight gradient, a row cut short
+    by a ``where``, arithmetic of contiguous rows and of a value broadcast to every lane.
+    Rows of 28 and 32 are two vectors each (the last masked). A gathered row, rows of 3
+    or 70 points, float64 sums and a sum shared out over threads stay loops. With
+    ``Options.lanes`` on and off, NumPy's values."""
+    outputs, inputs, in_lanes = _lane_cases()[case]
+    texts = "\n".join(_kernel_texts(outputs, coalesce_loops=False))
+    assert ("_mm512_mask_add_ps" in texts) == in_lanes, texts
+    assert "_mm512_mask_add_ps" not in "\n".join(
+        _kernel_texts(outputs, coalesce_loops=False, lanes=False))
+    rng = np.random.default_rng(5)
+    arrays = [rng.uniform(0.5, 1.5, t.shape).astype(t.dtype) for t in inputs]
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(lanes=on, coalesce_loops=False)
+        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)

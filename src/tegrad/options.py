@@ -120,6 +120,7 @@ class Options:
     transpose_tile: int = 8  # a transposing read's contiguous axis in classes of this (0: no)
     looped_residues: int = 8  # classes of an axis before the last looped, not unrolled (0: no)
     coalesce_loops: bool = True  # nested loops over a contiguous block as one (coalesce.py)
+    lanes: bool = True  # short sums as masked vectors carried across rows (nest_lanes.py)
     # outputs no later kernel reads are streamed past the caches when this large (more
     # than a core's L2) and the kernel moves this much in all (more than an L3 holds)
     stream_bytes: int = 4 << 20

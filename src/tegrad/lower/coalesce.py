@@ -70,7 +70,8 @@ def _merged(outer: n.Loop) -> n.Loop | None:
     rewritten = [_rewrite(item, a, b, uses) for item in inner.items]
     if any(ca != nb * cb for ca, cb in uses) or _mentions(rewritten, (a, b)):
         return None
-    return replace(inner, lo=outer.lo * nb, hi=outer.hi * nb,
+    # (a merged loop is longer than a vector's lanes: its sums' lanes stay 0, nest_lanes)
+    return replace(inner, lo=outer.lo * nb, hi=outer.hi * nb, lanes=0,
                    items=[_unmark(item, b) for item in rewritten])
 
 

@@ -174,6 +174,20 @@ class Accumulate:
 
 
 @dataclass(frozen=True, slots=True)
+class LaneAccumulator:
+    """Float32 sum ``name``'s vector of lanes, each 0 (``nest_lanes.py``)."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class FoldLanes:
+    """``name += the sum of its lanes`` (``nest_lanes.py``), after the loops adding to them."""
+
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreNaN:
     """``acc = NaN`` if its flag went up."""
 
@@ -295,7 +309,8 @@ class Loop(Block):
     reduction's loop shared out over threads, each thread's part of ``[lo, hi)`` into
     its own copies of these accumulators (``(name, dtype, identity, kind, nan flag)``),
     combined in thread order after the loop (a 0-d kernel's sum: deterministic for a
-    thread count)."""
+    thread count). ``lanes``: the loop is one masked vector of that many lanes, adding
+    to its sums' ``LaneAccumulator``s (``nest_lanes.py``)."""
 
     var: str = ""
     lo: object = 0
@@ -305,6 +320,7 @@ class Loop(Block):
     vectorize: bool = False
     simd_reductions: tuple = ()
     partials: tuple = ()
+    lanes: int = 0
 
 
 @dataclass(eq=False)

@@ -27,7 +27,9 @@ of each other) share one loop: a layer-norm backward reads each row once for its
 sums. The innermost loop of float sums and products, and of max/min, vectorizes with the
 accumulators carried as reductions (``Loop.simd_reductions``), which keeps the order of a
 float sum a target may reassociate only when told (no ``-ffast-math``), where its axis
-has at least ``SIMD_MIN_EXTENT`` points.
+has at least ``SIMD_MIN_EXTENT`` points. A float32 sum over short rows, inside another of
+its loops, runs in masked vectors whose lanes are summed once, after all its loops
+(``nest_lanes.py``, ``Options.lanes``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,18 @@ from ..ir.affine import linearize
 from ..ir.expr import Binary, Cast, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
-from .nest import Accumulate, Accumulator, ArgAccumulator, Block, Guard, Loop, RestoreNaN
+from . import nest_lanes
+from .nest import (
+    Accumulate,
+    Accumulator,
+    ArgAccumulator,
+    Block,
+    FoldLanes,
+    Guard,
+    LaneAccumulator,
+    Loop,
+    RestoreNaN,
+)
 from .nest_facts import eager, reads_in_bounds, work_per_point
 from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
 from .nest_values import ExprLowering
@@ -140,6 +153,17 @@ class ReduceLowering(ExprLowering):
             innermost_loop.vectorize = True
             innermost_loop.simd_reductions = tuple(
                 (r.combiner.kind, a, nan_flagged(r)) for r, a in accumulators)
+        if self.options.lanes and not partials and nest_lanes.wanted(
+                innermost_loop, e.axes[-1].extent,
+                [(r.combiner.kind, r.dtype) for r, _ in accumulators],
+                sum(b.loop for b in opened) > 1) and not any(
+                gathers_along(r.source, e.axes[-1]) for r, _ in accumulators):
+            innermost_loop.lanes = nest_lanes.LANES
+            names = {a for _, a in accumulators}
+            at = max(k for k, item in enumerate(here.items)
+                     if isinstance(item, Accumulator) and item.name in names)
+            here.items[at + 1:at + 1] = [LaneAccumulator(a) for _, a in accumulators]
+            here.items += [FoldLanes(a) for _, a in accumulators]
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old

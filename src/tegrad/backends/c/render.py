@@ -30,6 +30,7 @@ from ...ir import dtype as dt
 from ...ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var
 from ...lower import nest as n
 from ...lower import nest_forms as forms
+from ...lower import nest_lanes
 from . import c_ops
 from .c_ops import CTYPE, LOCAL_CTYPE
 
@@ -64,6 +65,11 @@ class CDialect:
     # blocks -------------------------------------------------------------------------------
 
     def block(self, b: n.Block, out: list[str], indent: int) -> None:
+        if isinstance(b, n.Loop) and b.lanes:
+            lanes = nest_lanes.lane_form(b)
+            if lanes is not None:
+                self.lane_loop(b, lanes, out, indent)
+                return
         pad = self.indent * indent
         head = self.head(b)
         out.extend(pad + line for line in head)
@@ -90,6 +96,49 @@ class CDialect:
             test = " && ".join(self.operand(c) for c in b.conds)
             return [f"if ({'!' if b.negate else ''}{test}) {{"]
         return []
+
+    def lane_loop(self, b: n.Loop, lanes: dict, out: list[str], indent: int) -> None:
+        """A short loop as masked AVX-512 vectors of ``b.lanes`` points adding to its sums'
+        lanes (``lower/nest_lanes.py``): its index values at each vector's first point, a
+        float32 value per lane; the plain loop where the compiler has no AVX-512 (the
+        lanes then stay 0)."""
+        pad, inner = self.indent * indent, self.indent * (indent + 1)
+        hi = self.bound(b.hi)
+        out += ["#ifdef __AVX512F__",
+                f"{pad}for (int tg_b = {self.bound(b.lo)}; tg_b < {hi}; tg_b += {b.lanes}) {{",
+                f"{inner}const int {b.var} = tg_b;",
+                f"{inner}const long tg_n = {hi} - tg_b;",
+                f"{inner}const __mmask16 tg_m = tg_n >= {b.lanes} ? (__mmask16)0xffff : "
+                "(__mmask16)((1u << tg_n) - 1u);"]
+        for item in b.items:
+            out.append(inner + self.lane_statement(item, lanes))
+        out += [pad + "}", "#else"]
+        self.block(n.Loop(**{**vars(b), "lanes": 0}), out, indent)
+        out.append("#endif")
+
+    def lane_statement(self, s, lanes: dict) -> str:
+        if isinstance(s, n.Accumulate):
+            acc, src = f"{s.acc.name}_v", self.lane_operand(s.src, lanes)
+            return f"{acc} = _mm512_mask_add_ps({acc}, tg_m, {acc}, {src});"
+        form = lanes[s.name]
+        if form[0] == "index":
+            return self.visit_Let(s)
+        if form[0] == "load":
+            load = self.scalar(s.value)
+            value = (f"_mm512_maskz_loadu_ps(tg_m, &{load})" if form[1]
+                     else f"_mm512_set1_ps({load})")
+            return f"const __m512 {s.name} = {value};"
+        args = [self.lane_operand(a, lanes) for a in s.value.args]
+        if s.value.op == "neg":  # (the sign bit flipped, as -x: -0 for 0)
+            return (f"const __m512 {s.name} = _mm512_castsi512_ps(_mm512_xor_si512("
+                    f"_mm512_castps_si512({args[0]}), _mm512_set1_epi32(INT32_MIN)));")
+        return f"const __m512 {s.name} = _mm512_{s.value.op}_ps({args[0]}, {args[1]});"
+
+    def lane_operand(self, x: forms.Operand, lanes: dict) -> str:
+        """A vector of ``x``: a lane value itself, else ``x`` in every lane."""
+        if isinstance(x, forms.Ref) and x.name in lanes:
+            return x.name
+        return f"_mm512_set1_ps({self.operand(x)})"
 
     def flat_loop_head(self, b: n.FlatLoop) -> list[str]:
         """``f`` over every point of the merged axes, each axis's value taken from it."""
@@ -253,6 +302,13 @@ class CDialect:
         if s.nan:
             out.append(f"int {s.name}_nan = 0;")
         return out
+
+    def visit_LaneAccumulator(self, s: n.LaneAccumulator) -> list[str]:
+        return ["#ifdef __AVX512F__", f"__m512 {s.name}_v = _mm512_setzero_ps();", "#endif"]
+
+    def visit_FoldLanes(self, s: n.FoldLanes) -> list[str]:
+        return ["#ifdef __AVX512F__", f"{s.name} += _mm512_reduce_add_ps({s.name}_v);",
+                "#endif"]
 
     def visit_ArgAccumulator(self, s: n.ArgAccumulator) -> str:
         return (f"{self.local_types[s.dtype]} {s.name} = {s.start}; "
