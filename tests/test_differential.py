@@ -318,3 +318,34 @@ def test_a_sum_picked_by_an_index_inside_an_unrolled_loop():
                                                     max_regions=0, parallel_work=1 << 62)
     got = tg.build([Y, Z], [T1, T2, T3], target="cpu", options=options)(y, z)
     np.testing.assert_allclose(got[2], want, rtol=1e-14, atol=0)
+
+
+def test_a_grouped_kernel_whose_inlined_body_has_residue_classes():
+    """The gradients of ``T5[i, j] = tanh(X[4 - i, j]) / (1 + T2[j % 7, j, j]^2)``, sliced
+    to ``T5[:, 2:3]`` (seed 122495): ``dY`` and ``dT2`` were grouped in one kernel,
+    judged a plain row nest on ``dY``'s body, which gains ``j % 7`` only once ``T2``'s
+    gradient is inlined; its nest then ran by residue classes of ``j``, which write the
+    body alone, and ``dT2`` (read by ``dZ``) was never written: ``dZ`` came out of an
+    unset buffer. Against NumPy."""
+    X = tg.placeholder((5, 4), "float64", name="X")
+    Y = tg.placeholder((7, 4, 4), "float64", name="Y")
+    Z = tg.placeholder((5,), "float64", name="Z")
+    W = tg.placeholder((7,), "int64", name="W")
+    rk = tg.reduce_axis(7, "rk")
+    T1 = tg.compute((), lambda: tg.sum(tg.if_then_else(W[rk] >= 0, Z[W[rk]], 0.0), axis=rk),
+                    name="T1")
+    T2 = tg.compute(Y.shape, lambda i, j, k: tg.if_then_else(
+        W[i] >= 0, Y[i, j, k] * T1[()], 0.5 * Y[i, j, k]), name="T2")
+    T5 = tg.compute((5, 4), lambda i, j: tg.tanh(X[4 - i, j]) / (
+        1.0 + T2[j % 7, j, j] * T2[j % 7, j, j]), name="T5")
+    T6 = tg.compute((5, 1), lambda i, j: T5[i, j + 2], name="T6")
+    H = tg.placeholder(T6.shape, "float64", name="H")
+    outputs = [T6, *tg.gradient(T6, [X, Y, Z], head=H)]
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((5, 4)), rng.standard_normal((7, 4, 4)),
+              rng.standard_normal(5), np.array([-1, 2, 0, 2, -1, 4, 4]),
+              rng.standard_normal((5, 1))]
+    want = tg.build([X, Y, Z, W, H], outputs, target="numpy")(*arrays)
+    got = tg.build([X, Y, Z, W, H], outputs, target="cpu")(*arrays)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)

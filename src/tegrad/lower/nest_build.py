@@ -205,7 +205,11 @@ class NestBuilder(ReduceLowering):
     def _row_nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         """Output axes outermost, in order; the body evaluated at each point."""
         tile = self.options.transpose_tile
-        residues = unrolled_axes(body, axes, tile) if len(axes) > 1 else {}
+        # (residue classes write the body alone: a grouped kernel's other arrays and column
+        # sums take the plain nest; grouping.py checks the body before inlining, where a
+        # producer's ``i % 7`` is not yet seen: differential seed 122495)
+        residues = (unrolled_axes(body, axes, tile)
+                    if len(axes) > 1 and not self.also and not self.columns else {})
         least = self.options.looped_residues
         looped = {v: n for v, n in residues.items()  # (not a transposing read's tiles)
                   if v is not axes[-1] and 0 < least <= n
