@@ -116,9 +116,6 @@ PRELUDE = "\n".join([
     "#include <stdint.h>",
     "#include <stdlib.h>",
     "#include <string.h>",
-    "#ifdef __AVX512F__",
-    "#include <immintrin.h>",  # (a sum's lanes: lower/nest_lanes.py)
-    "#endif",
     *(f"#pragma omp declare simd notinbranch\nextern {t} {fn}{s}({t}"
       f"{', ' + t if fn == 'pow' else ''});"
       for fn in _MATH for t, s in (("float", "f"), ("double", ""))),

@@ -52,6 +52,8 @@ class CDialect:
             lines.append(self.indent + self.argument(k, a, k < kernel.outputs))
         self.block(kernel.body, lines, 1)
         lines.append("}")
+        if _lane_loops(kernel.body):  # (only there: the header costs gcc 0.1-0.2 s a file)
+            lines = ["#ifdef __AVX512F__", "#include <immintrin.h>", "#endif", *lines]
         return "\n".join(lines)
 
     def signature(self, kernel: n.LoopNest) -> str:
@@ -450,6 +452,13 @@ class CDialect:
         if isinstance(x, forms.IMin):
             return f"tg_imin({self.bound(x.a)}, {self.bound(x.b)})"
         raise TypeError(f"no C for {type(x).__name__}")
+
+
+def _lane_loops(b: n.Block) -> bool:
+    """Whether ``b`` holds a sum's lanes (``n.LaneAccumulator``: its loop may have been
+    merged since, ``coalesce.py``, its lanes then staying 0)."""
+    return any(isinstance(i, n.LaneAccumulator) or isinstance(i, n.Block) and _lane_loops(i)
+               for i in b.items)
 
 
 def inline_combiner(e: Expr, env: dict) -> str:

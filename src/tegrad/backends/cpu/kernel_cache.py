@@ -55,13 +55,16 @@ _WHERE: dict[str, str] = {}  # kernel key -> the key of the library holding its 
 
 def kernel_key(text: str, name: str) -> tuple[str, str]:
     """``(key, source)``: the key of the kernel ``name`` whose C is ``text``, and its C
-    as the function ``tg_<key>``."""
+    as the function ``tg_<key>``; the lines of ``#`` before it (a header only it needs,
+    ``render.CDialect.render``) kept before it."""
     head = f"void {name}("
-    if not text.startswith(head):
+    at = text.find(head)
+    before = text[:at]
+    if at < 0 or any(line and not line.startswith("#") for line in before.split("\n")):
         raise ValueError(f"kernel {name}: its C does not begin with {head!r}")
-    body = text[len(head):]
-    key = _unit_key(PRELUDE + "\n\nvoid tg_(" + body)
-    return key, f"void tg_{key}(" + body
+    body = text[at + len(head):]
+    key = _unit_key(PRELUDE + "\n\n" + before + "void tg_(" + body)
+    return key, before + f"void tg_{key}(" + body
 
 
 def functions(kernels: dict[str, str], jobs: int) -> dict[str, object]:
