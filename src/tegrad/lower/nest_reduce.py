@@ -156,8 +156,7 @@ class ReduceLowering(ExprLowering):
         if self.options.lanes and not partials and nest_lanes.wanted(
                 innermost_loop, e.axes[-1].extent,
                 [(r.combiner.kind, r.dtype) for r, _ in accumulators],
-                sum(b.loop for b in opened) > 1) and not any(
-                gathers_along(r.source, e.axes[-1]) for r, _ in accumulators):
+                sum(b.loop for b in opened) > 1):
             innermost_loop.lanes = nest_lanes.LANES
             names = {a for _, a in accumulators}
             at = max(k for k, item in enumerate(here.items)

@@ -349,12 +349,8 @@ def prepare_add(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
 
 def add(dst: np.ndarray, src: np.ndarray, threads: int, limits: tuple[int, int]) -> None:
     """``dst[...] += src`` (broadcasting ``src``; NumPy's below ``limits[0]`` elements)."""
-    prepared = None if dst.size < limits[0] else prepare_add(dst, src, limits)
-    if prepared is None:
+    if dst.size < limits[0] or not _ran(prepare_add(dst, src, limits), threads):
         np.add(dst, src, out=dst)
-        return
-    call, operands = prepared
-    call.run(*(x.ctypes.data for x in operands), threads)
 
 
 def prepare(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
@@ -368,9 +364,14 @@ def prepare(dst: np.ndarray, src: np.ndarray, limits: tuple[int, int]):
 
 def copy(dst: np.ndarray, src: np.ndarray, threads: int, limits: tuple[int, int]) -> None:
     """``dst[...] = src`` (broadcasting ``src``, same dtype; else ``np.copyto``)."""
-    prepared = None if dst.size < limits[0] else prepare(dst, src, limits)
-    if prepared is None:
+    if dst.size < limits[0] or not _ran(prepare(dst, src, limits), threads):
         np.copyto(dst, src)
-        return
+
+
+def _ran(prepared, threads: int) -> bool:
+    """Whether ``prepared`` (``prepare``'s or ``prepare_add``'s) was a call, now made."""
+    if prepared is None:
+        return False
     call, operands = prepared
     call.run(*(x.ctypes.data for x in operands), threads)
+    return True

@@ -151,20 +151,20 @@ class Recorder:
         return out
 
     def copy(self, dst, src) -> None:
-        prepared = copies.prepare(dst, src, self.copy_limits)
-        if prepared is None:
-            if dst.size:
-                self.untraceable("a copy outside the copy helper")
-            np.copyto(dst, src)
-            return
-        self._log(*prepared)
+        self._helped(copies.prepare(dst, src, self.copy_limits), dst, "a copy",
+                     lambda: np.copyto(dst, src))
 
     def add(self, dst, src) -> None:
-        prepared = copies.prepare_add(dst, src, self.copy_limits)
+        self._helped(copies.prepare_add(dst, src, self.copy_limits), dst, "an add",
+                     lambda: np.add(dst, src, out=dst))
+
+    def _helped(self, prepared, dst, what: str, numpy_way) -> None:
+        """Log and make the copy helper's ``prepared`` call; where there is none,
+        ``numpy_way()`` (a write into ``dst`` the recording cannot replay)."""
         if prepared is None:
             if dst.size:
-                self.untraceable("an add outside the copy helper")
-            np.add(dst, src, out=dst)
+                self.untraceable(f"{what} outside the copy helper")
+            numpy_way()
             return
         self._log(*prepared)
 
