@@ -361,3 +361,69 @@ def test_attention_with_a_float_mask_costs_its_products_in_the_backward():
     want = torch.autograd.grad(out, ts, torch.tensor(arrays[4]))
     for got, w in zip(tg.build([q, k, v, m, h], grads)(*arrays), want, strict=True):
         np.testing.assert_allclose(got, w.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def _pool(kind, x):
+    if kind == "avg":
+        return tg.nn.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)
+    return tg.nn.lp_pool2d(x, 3.0, (2, 3), 2, ceil_mode=True)
+
+
+def _torch_pool(kind, x):
+    import torch.nn.functional as F
+
+    if kind == "avg":
+        return F.avg_pool2d(x, 3, 2, padding=1, ceil_mode=True, count_include_pad=False)
+    return F.lp_pool2d(x, 3.0, (2, 3), 2, ceil_mode=True)
+
+
+@pytest.mark.parametrize("kind", ["avg", "lp"])
+def test_a_factor_of_the_output_point_is_evaluated_once_per_output_point(kind):
+    """An average pool without the padding divides by its window's count ``D(i)``; an Lp
+    pool's gradient also takes ``(sum / D(i))^(1/p - 1)``. Both depend on the output point
+    alone: the gradient scales the head by them once per output point
+    (``reverse.ScaledHeads``), so its sum over the taps holds no division and no power."""
+    from tegrad.ir.expr import Binary, Reduce, Unary
+    from tegrad.ir.traverse import topo_tensors, walk
+
+    x = tg.placeholder((2, 3, 9, 8), "float64", name="X")
+    y = _pool(kind, x)
+    h = tg.placeholder(y.shape, "float64", name="H")
+    (g,) = tg.gradient(y, [x], h)
+    taps = [r for r in walk(g.body) if isinstance(r, Reduce)]
+    assert taps
+    for r in taps:
+        costly = [e for e in walk(r.source) if isinstance(e, Binary) and e.op in ("div", "pow")
+                  or isinstance(e, Unary) and e.op not in ("neg", "abs")]
+        assert not costly, f"{g.name} evaluates {costly} per tap:\n{g}"
+    scaled = [t for t in topo_tensors([g]) if t.name.startswith("H.scaled")]
+    assert [t.shape for t in scaled] == [y.shape]
+    xv, hv = RNG.uniform(0.5, 2.0, x.shape), RNG.standard_normal(y.shape)
+    xt = torch.tensor(xv, requires_grad=True)
+    (want,) = torch.autograd.grad(_torch_pool(kind, xt), xt, torch.tensor(hv))
+    for target in ("numpy", "cpu"):
+        np.testing.assert_allclose(tg.build([x, h], g, target=target)(xv, hv), want.numpy(),
+                                   rtol=1e-12, atol=1e-14)
+
+
+def test_a_factor_under_a_select_moves_with_its_condition():
+    """``Y[i] = select(i > 0, sum_k X[i + k] / X[i - 1], 0)``: the adjoint of the window's
+    read is ``select(i > 0, 1 / X[i - 1], 0)``, a factor of the output point whose condition
+    keeps ``X[i - 1]`` in bounds. The scaled head takes the select whole, so ``X[-1]`` is
+    never read, and the values are exact."""
+    x = tg.placeholder((7,), "float64", name="X")
+    k = tg.reduce_axis(2, "k")
+    y = tg.compute((6,), lambda i: tg.if_then_else(
+        i > 0, tg.sum(x[i + k], axis=k) / x[i - 1], 0.0), name="Y")
+    h = tg.placeholder((6,), "float64", name="H")
+    (g,) = tg.gradient(y, [x], h)
+    from tegrad.ir.traverse import topo_tensors
+
+    assert any(t.name.startswith("H.scaled") for t in topo_tensors([g]))
+    xv, hv = RNG.uniform(0.5, 2.0, 7), RNG.standard_normal(6)
+    xt = torch.tensor(xv, requires_grad=True)
+    parts = [(xt[i] + xt[i + 1]) / xt[i - 1] if i > 0 else xt[0] * 0 for i in range(6)]
+    (want,) = torch.autograd.grad(torch.stack(parts), xt, torch.tensor(hv))
+    for target in ("numpy", "cpu"):
+        np.testing.assert_allclose(tg.build([x, h], g, target=target)(xv, hv), want.numpy(),
+                                   rtol=1e-12, atol=1e-14)

@@ -1450,3 +1450,31 @@ def test_two_threads_running_one_program_each_have_their_own_trace():
         results = list(pool.map(lambda job: f(*job), jobs))
     for (xv, av), got in zip(jobs, results, strict=True):
         np.testing.assert_allclose(got, _decaying_sum_reference(xv, av), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cubes_and_fourth_powers_are_products(dtype):
+    """``x ** 3`` and ``x ** 4`` compile to products, not ``pow`` (``c_ops.power``): within
+    2 ulp of NumPy's power, with its signs, zeros, infinities and NaNs; ``x ** 5`` stays
+    ``pow``."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from c_text import c_text
+
+    x = tg.placeholder((12,), dtype, name="X")
+    powers = [tg.compute((12,), lambda i, p=p: x[i] ** float(p), name=f"P{p}") for p in (3, 4, 5)]
+    text = c_text(powers)
+    assert text.count("pow") == 1, text
+    xv = np.array([-2.5, -1.0, -0.0, 0.0, 1e-3, 0.7, 1.3, 3e12, -3e12, np.inf, -np.inf, np.nan],
+                  dtype=dtype)
+    got = tg.build([x], powers, target="cpu")(xv)
+    for p, g in zip((3, 4, 5), got, strict=True):
+        with np.errstate(over="ignore"):
+            want = np.power(xv, np.dtype(dtype).type(p))
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+        np.testing.assert_array_equal(np.signbit(g), np.signbit(want))
+        finite = np.isfinite(want)
+        np.testing.assert_array_equal(g[~finite], want[~finite])
+        np.testing.assert_array_max_ulp(g[finite], want[finite], maxulp=2)

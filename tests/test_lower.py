@@ -992,3 +992,36 @@ def test_transposed_convolution_classes_are_disjoint_pieces(kernel, stride, padd
     for target in ("numpy", "cpu"):
         for a, b in zip(tg.build(*program, target=target)(x, w, h), want, strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_a_reduction_the_gradient_keeps_is_summed_once():
+    """An Lp pool ``T[i] = (k / D(i) sum_r x^p)^(1/p)``: its gradient keeps the window sum
+    as ``T.aux0`` over ``T``'s axes, the same node as in ``T``'s body. Planned together,
+    ``T`` reads it (``lower/shared_reductions.py``): one kernel sums the windows, and the
+    values are torch's."""
+    import torch
+    import torch.nn.functional as F
+
+    from tegrad.ir.expr import Reduce
+    from tegrad.ir.traverse import tensors_read, walk
+    from tegrad.lower.kernels import General
+
+    x = tg.placeholder((2, 3, 9, 8), "float64", name="X")
+    y = tg.nn.lp_pool2d(x, 3.0, (2, 3), 2, ceil_mode=True)
+    h = tg.placeholder(y.shape, "float64", name="H")
+    (g,) = tg.gradient(y, [x], h)
+    for fused in (False, True):
+        kernels = plan([y, g], fused=fused).kernels
+        sums = [k for k in kernels if isinstance(k, General) and any(
+            isinstance(e, Reduce) and x in tensors_read(e) and e.combiner.kind == "sum"
+            and len(e.axes) == 2 for e in walk(k.body_of.body))]
+        assert len(sums) == 1, [k.tensor.name for k in sums]
+    rng = np.random.default_rng(3)
+    xv, hv = rng.uniform(0.5, 2.0, x.shape), rng.standard_normal(y.shape)
+    xt = torch.tensor(xv, requires_grad=True)
+    yt = F.lp_pool2d(xt, 3.0, (2, 3), 2, ceil_mode=True)
+    (gt,) = torch.autograd.grad(yt, xt, torch.tensor(hv))
+    for target in ("numpy", "cpu"):
+        got_y, got_g = tg.build([x, h], [y, g], target=target)(xv, hv)
+        np.testing.assert_allclose(got_y, yt.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(got_g, gt.numpy(), rtol=1e-12, atol=1e-14)

@@ -26,10 +26,12 @@ from ..errors import NotDifferentiableError
 from ..ir import dtype as dt
 from ..ir.expr import (
     SUM,
+    UNARY_FLOAT,
     Binary,
     Cast,
     Const,
     Expr,
+    Op,
     Read,
     Reduce,
     Select,
@@ -50,6 +52,7 @@ from ..ir.traverse import (
     tensors_read,
     topo_tensors,
     transform,
+    walk,
 )
 from ..simplify.products import is_product, reuse_product
 from .partials import partial
@@ -238,9 +241,92 @@ def hoist_reductions(t: Compute, terms: list[Term]) -> list[Term]:
     ]
 
 
+class ScaledHeads:
+    """The adjoint of ``t`` times a factor of its own point, once per point (``scaled``).
+
+    A read of a window, ``X[s i + k]`` under ``sum_k``, has an adjoint ``F(i) R(i, k)``
+    whose factor ``F`` depends on the output point alone: an average pool's ``1 / D(i)``
+    (its window count), an Lp pool's ``(k / D(i) sum_r x^p)^(1/p - 1) / D(i)``. In the
+    gather form ``X_bar[j] = sum_t T_bar[o(j, t)] F(o(j, t)) R(..)`` the output point
+    ``o`` moves with the tap ``t``, so ``F`` is evaluated once per tap of every gradient
+    point (and no loop invariant hoists it). Where ``F`` costs a division, a power, a
+    transcendental function or a reduction, ``G[p, i] = T_bar[p, i] F(i)`` is a compute
+    over ``t``'s points and the scatter reads ``G[p, i] R(i, k)`` instead: ``F`` is
+    evaluated once per output point, as a hand-written pool backward scales its output
+    gradient before spreading it. A factor is kept whole under ``select`` (its
+    condition may guard its reads), so only the products and quotients at the top of
+    the adjoint are split."""
+
+    def __init__(self, t: Compute, t_bar: Tensor, finish: Finish):
+        self.t, self.t_bar, self.finish = t, t_bar, finish
+        self.made: dict[Expr, Compute] = {}
+
+    def split(self, term: Term) -> tuple[Tensor, Expr]:
+        """The head the term reads (``t_bar`` or a scaled one) and the rest of its adjoint."""
+        own = frozenset(self.t.axes)
+        if not _reads_window(term.read, own):
+            return self.t_bar, term.adjoint
+        factors: list[tuple[Expr, bool]] = []  # (factor, divides)
+        _flatten(term.adjoint, False, factors)
+        mine = tuple((f, d) for f, d in factors if free_vars(f) and free_vars(f) <= own)
+        dtype = term.adjoint.dtype
+        if not mine or not _costly(_product(list(mine), dtype)):
+            return self.t_bar, term.adjoint
+        rest = _product([f for f in factors if f not in mine], dtype)
+        if mine not in self.made:
+            t_bar = self.t_bar
+            prefix = tuple(Var.fresh(f"p{k}", 0, s)
+                           for k, s in enumerate(t_bar.shape[:t_bar.ndim - self.t.ndim]))
+            head = Read(t_bar, prefix + self.t.axes, t_bar.dtype)
+            self.made[mine] = self.finish(make_compute(
+                t_bar.shape, prefix + self.t.axes, _product(list(mine), dtype, head),
+                f"{t_bar.name}.scaled{len(self.made)}"))
+        return self.made[mine], const(1, dtype) if rest is None else rest
+
+
+def _reads_window(read: Read, own: frozenset) -> bool:
+    """Whether some index of ``read`` moves with both an output axis and a reduced one
+    (``X[s i + k]``): each point of ``X`` then takes several output points' adjoints."""
+    return any(free_vars(e) & own and free_vars(e) - own for e in read.indices)
+
+
+def _flatten(e: Expr, divides: bool, out: list) -> None:
+    if isinstance(e, Binary) and e.op == Op.MUL and dt.is_float(e.dtype):
+        _flatten(e.a, divides, out)
+        _flatten(e.b, divides, out)
+    elif isinstance(e, Binary) and e.op == Op.DIV and dt.is_float(e.dtype):
+        _flatten(e.a, divides, out)
+        _flatten(e.b, not divides, out)
+    else:
+        out.append((e, divides))
+
+
+def _product(factors: list[tuple[Expr, bool]], dtype: str, start: Expr | None = None
+             ) -> Expr | None:
+    """``start prod(numerators) / prod(divisors)``; None for no factors and no start."""
+    top = [f for f, d in factors if not d]
+    if start is None and not factors:
+        return None
+    value = start if start is not None else top.pop(0) if top else const(1, dtype)
+    for f in top:
+        value = binary("mul", value, f)
+    for f, d in factors:
+        if d:
+            value = binary("div", value, f)
+    return cast(value, dtype)
+
+
+def _costly(e: Expr) -> bool:
+    """Whether ``e`` takes a float division or power, a transcendental function or a
+    reduction (what a scaled head saves evaluating once per tap)."""
+    return any(isinstance(x, Reduce) or (isinstance(x, Unary) and x.op in UNARY_FLOAT)
+               or (isinstance(x, Binary) and x.op in (Op.DIV, Op.POW) and dt.is_float(x.dtype))
+               for x in walk(e))
+
+
 def scatter_terms(
     t: Compute,
-    t_bar: Tensor,
+    heads: ScaledHeads,
     x: Tensor,
     terms: list[Term],
     prefix: tuple[Var, ...],
@@ -251,9 +337,10 @@ def scatter_terms(
     for term in terms:
         if term.read.tensor is not x:
             continue
+        t_bar, adjoint = heads.split(term)
         ren = fresh_copy(term.axes)
         head = Read(t_bar, tuple(prefix) + tuple(ren[a] for a in t.axes), t_bar.dtype)
-        value = cast(mul(head, substitute(term.adjoint, ren)), x.dtype)
+        value = cast(mul(head, substitute(adjoint, ren)), x.dtype)
         eqs = [
             binary("eq", substitute(idx, ren), jm)
             for idx, jm in zip(term.read.indices, j, strict=True)
@@ -368,11 +455,12 @@ def gradient(
         if not isinstance(t, Compute) or t in leaves:
             continue
         terms = hoist_reductions(t, reuse_forward(t, backprop_body(t.body, t.axes, differentiable)))
+        heads = ScaledHeads(t, adjoint[t], finish)
         for x in tensors_read(t.body):
             if x not in on_path:
                 continue
             p, jv = axes_for(x)
-            contribution = scatter_terms(t, adjoint[t], x, terms, p, jv)
+            contribution = scatter_terms(t, heads, x, terms, p, jv)
             if contribution is not None:
                 pending.setdefault(x, []).append(contribution)
 

@@ -2,7 +2,9 @@
 
 Each compute of the graph takes a kernel form: a contraction, a scatter, or a general
 kernel whose float sums that are contractions or scatters become kernels of their own
-first (``extract.py``); a scan's step graph is planned the same way. Then products of
+first (``extract.py``); a scan's step graph is planned the same way. A reduction that is
+a tensor of its own is read where another body holds it (``shared_reductions.py``).
+Then products of
 one operand merge (``merge.py``), scans keep the step values a backward reads
 (``saved_steps.py``) and checkpoint their histories (``checkpoint.py``). A target that
 compiles its general kernels asks for ``fused=True``: producers inlined into their
@@ -30,6 +32,7 @@ from .kernels import Contraction, General, Kernel, Plan, ScanKernel, Scatter, ne
 from .merge import merge_shared_products
 from .saved_steps import keep_step_values
 from .scatter import match_scatter
+from .shared_reductions import read_shared_reductions
 from .views import as_copies, choose_views
 
 
@@ -92,6 +95,7 @@ def _planned(outputs: list[Tensor], given: set, options: Options) -> Plan:
             kernels.append(General(t, rest, tuple(part.tensor for part in parts)))
             continue
         kernels.append(General(t))
+    kernels = read_shared_reductions(kernels)
     kept = keep_step_values(kernels, outputs, options.keep_step_kernels)
     kernels = merge_shared_products(needs(kept, outputs)[1], options)
     return mark_checkpoints(Plan(kernels, list(outputs)))

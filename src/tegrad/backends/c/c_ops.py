@@ -233,6 +233,15 @@ def binary(op: str, a: str, b: str, dtype: str, operand: str) -> str:
     return f"({a} {sym} {b})"
 
 
+def power(a: str, b: str, exponent: object, dtype: str, operand: str) -> str:
+    """``a ** b`` for a constant ``b`` (of value ``exponent``): a float cube or fourth power as
+    products (``powf`` costs tens of cycles and no vector form, an Lp pool's ``x ** 3``
+    at every tap; the products round within 2 ulp of it), any other as ``binary``."""
+    if operand in ("float32", "float64") and exponent in (3, 4):
+        return f"({a} * {a} * {a})" if exponent == 3 else f"(({a} * {a}) * ({a} * {a}))"
+    return binary("pow", a, b, dtype, operand)
+
+
 def cast(a: str, dtype: str) -> str:
     if dtype == "bool":
         return f"({a} != 0)"

@@ -406,6 +406,8 @@ class CDialect:
                 return c_ops.unary(v.op, args[0], v.dtype)
             if v.truncating:  # C's truncation is the floor for these operands
                 return f"({args[0]} {'/' if v.op == 'floordiv' else '%'} {args[1]})"
+            if v.op == "pow" and isinstance(v.args[1], forms.Lit):
+                return c_ops.power(args[0], args[1], v.args[1].value, v.dtype, v.operand)
             return c_ops.binary(v.op, args[0], args[1], v.dtype, v.operand)
         if isinstance(v, forms.Load):
             return f"a{v.arg}[{' + '.join(map(self.index_term, v.index)) or '0'}]"
