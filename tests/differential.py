@@ -103,6 +103,7 @@ SETTINGS = {
     "looped": (dict(looped_residues=2), dict(looped_residues=0)),
     "coalesce": (dict(coalesce_loops=True), dict(coalesce_loops=False)),
     "lanes": (dict(lanes=True), dict(lanes=False)),
+    "ragged": (dict(ragged_residues=True), dict(ragged_residues=False)),
     "inline": (dict(max_inline_ratio=2.0, max_cheap_inline_ratio=9.0),
                dict(max_inline_ratio=1.0, max_cheap_inline_ratio=1.0)),
     "copies": (dict(parallel_copy_elements=0, parallel_transpose_elements=0),

@@ -630,7 +630,7 @@ def _coalesce_cases():
     guarded = tg.compute(X.shape, lambda n, c, h, w: tg.if_then_else(h >= 1, X[n, c, h, w],
                                                                           0.0))
     checkered = tg.compute(X.shape, lambda n, c, h, w: tg.if_then_else(
-        (h + w) % 2 < 1, X[n, c, h, w], 0.0))
+        (h + w) % 7 < 3, X[n, c, h, w], 0.0))  # (7: more classes than points, no residues)
     rh, rw = tg.reduce_axis(5, "rh"), tg.reduce_axis(6, "rw")
     total = tg.compute((8, 3), lambda n, c: tg.sum(X[n, c, rh, rw] * X[n, c, rh, rw],
                                                     axis=[rh, rw]))
@@ -731,3 +731,52 @@ def test_short_sums_run_in_lanes(case):
         options = tg.Options.from_environment().replace(lanes=on, coalesce_loops=False)
         got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
+
+
+def _odd_cases():
+    """``(name, tegrad op, torch op of (F, x), input shape)``: strided windows over
+    extents their stride does not divide, on both image axes."""
+    return [
+        ("max_pool k3 s2 p1", lambda x: tg.nn.max_pool2d(x, 3, 2, 1),
+         lambda F, x: F.max_pool2d(x, 3, 2, 1), (2, 3, 13, 11)),
+        ("avg_pool k3 s2 p1 ceil, pad not counted",
+         lambda x: tg.nn.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+         lambda F, x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
+         (2, 3, 12, 9)),
+        ("lp_pool p3 k(2, 3) s2 ceil", lambda x: tg.nn.lp_pool2d(x, 3.0, (2, 3), 2, True),
+         lambda F, x: F.lp_pool2d(x, 3.0, (2, 3), 2, ceil_mode=True), (2, 3, 9, 11)),
+        ("max_pool k2 s3", lambda x: tg.nn.max_pool2d(x, 2, 3),
+         lambda F, x: F.max_pool2d(x, 2, 3), (1, 2, 10, 8)),
+    ]
+
+
+@pytest.mark.parametrize("case", _odd_cases(), ids=lambda c: c[0])
+def test_odd_extents_run_by_residue_class(case):
+    """A stride-2 pool's gradient over 13 x 11 points reads ``dY[i // 2, j // 2]``: with
+    ``Options.ragged_residues`` both axes run by residue class though 2 divides neither,
+    the last quotient a range of its own without the classes past the end (no ``/ 2`` is
+    left in the C); without it, the kernel divides at every point. Either way the values
+    are torch's in float64."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    name, op, ref, shape = case
+    X = tg.placeholder(shape, "float64", "X")
+    Y = op(X)
+    H = tg.placeholder(Y.shape, "float64", "H")
+    (dX,) = tg.gradient(Y, [X], H)
+    rng = np.random.default_rng(5)
+    x = rng.permutation(np.prod(shape)).reshape(shape) / np.prod(shape) + 0.5  # (no ties)
+    h = rng.standard_normal(Y.shape)
+    tx = torch.from_numpy(x).requires_grad_()
+    ty = ref(F, tx)
+    (tdx,) = torch.autograd.grad(ty, [tx], torch.from_numpy(h))
+    for ragged in (True, False):
+        options = Options().replace(ragged_residues=ragged)
+        (text,) = [KernelSource(t, b, "k0", a, c, options=options).text
+                   for t, b, a, c in _general([dX]) if t is dX]
+        divides = re.search(r"\w+ [/%] \(\(int32_t\)[23]\)", text)
+        assert (divides is None) == ragged, f"{name}, ragged={ragged}:\n{text}"
+        got = tg.build([X, H], [Y, dX], target="cpu", options=options)(x, h)
+        for a, b in zip(got, [ty.detach().numpy(), tdx.numpy()], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)

@@ -118,6 +118,7 @@ class Options:
     value_bounds: bool = True  # a reduce loop where k == t[n] visits that point (nest_reduce)
     order_reductions: bool = True  # a reduction's axes by stride (nest_facts.stride_ordered)
     transpose_tile: int = 8  # a transposing read's contiguous axis in classes of this (0: no)
+    ragged_residues: bool = True  # residue classes of an axis its factor does not divide
     looped_residues: int = 8  # classes of an axis before the last looped, not unrolled (0: no)
     coalesce_loops: bool = True  # nested loops over a contiguous block as one (coalesce.py)
     lanes: bool = True  # short sums as masked vectors carried across rows (nest_lanes.py)

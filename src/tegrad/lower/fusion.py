@@ -226,7 +226,8 @@ def _worth_inlining(source: Compute, producer: Compute, consumers: list[Compute]
                     options: Options) -> bool:
     size = max(1, math.prod(producer.shape))
     guarded = _stays_guarded(source.body, options)
-    evaluations = sum(_site_evaluations(c, producer, guarded) for c in consumers)
+    evaluations = sum(_site_evaluations(c, producer, guarded, options.ragged_residues)
+                      for c in consumers)
     ratio = evaluations / size
     if ratio <= 1:
         return True
@@ -273,7 +274,8 @@ def _stays_guarded(body: Expr, options: Options) -> bool:
                               or any(r.where is not None for r in reduces))
 
 
-def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool = False) -> int:
+def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool = False,
+                      ragged: bool = False) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
     read computed once per iteration of the loops down to its innermost variable, over the
     values those loops take under the ``select`` guards around it (a read of one gate in a
@@ -314,10 +316,11 @@ def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool = Fals
         for c in children(e):
             go(c, inner, ranges, floor)
 
-    residues = unrolled_axes(consumer.body, consumer.axes) if len(consumer.axes) > 1 else {}
+    residues = (unrolled_axes(consumer.body, consumer.axes, ragged=ragged)
+                if len(consumer.axes) > 1 else {})
     if residues:  # the compiled kernel's loops and bodies (lower/nest_build.py)
         loop, bodies = unrolled_bodies(consumer.body, consumer.axes, residues)
-        for _, body in bodies:
+        for _, body, _ in bodies:
             go(body, tuple(loop), {})
     else:
         go(consumer.body, tuple(consumer.axes), {})

@@ -57,7 +57,8 @@ def group(p: Plan, options: Options) -> Plan:
     """``p`` with general kernels of one loop nest written together (module header);
     ``options.max_regions`` as the loop nests will be built (``nest_build.py``)."""
     kernels = list(p.kernels)
-    plain = _Remembered(partial(_plain, max_regions=options.max_regions))
+    plain = _Remembered(partial(_plain, max_regions=options.max_regions,
+                                ragged=options.ragged_residues))
     _merge_into_each(kernels, lambda ks, k: _absorb(ks, k, plain))  # same shape, earlier
     _place_columns(kernels, plain)  # column sums into a row kernel before them
     j = len(kernels) - 1
@@ -263,7 +264,7 @@ def _reads(kernel: Kernel) -> set:
     return found
 
 
-def _plain(kernel: Kernel, max_regions: int) -> bool:
+def _plain(kernel: Kernel, max_regions: int, ragged: bool = False) -> bool:
     """A general kernel whose loop nest ``nest_build`` makes a plain row nest (no column
     order, no regions of its last axis, no residue classes)."""
     if not isinstance(kernel, General):
@@ -273,4 +274,4 @@ def _plain(kernel: Kernel, max_regions: int) -> bool:
     if not axes or column_order(c.body, axes, shape) or regions(
             c.body, axes[-1], shape[-1], max_regions):
         return False
-    return not (len(axes) > 1 and unrolled_axes(c.body, axes))
+    return not (len(axes) > 1 and unrolled_axes(c.body, axes, ragged=ragged))

@@ -56,7 +56,7 @@ import math
 import numpy as np
 
 from ..ir.affine import build
-from ..ir.expr import Expr, Reduce, Var
+from ..ir.expr import Const, Expr, Reduce, Select, Var
 from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, substitute, walk
 from ..options import Options
@@ -71,6 +71,7 @@ from .nest import (
     ColumnSlot,
     CombinePartials,
     FlatLoop,
+    Guard,
     Loop,
     LoopNest,
     OpenPartials,
@@ -83,6 +84,7 @@ from .nest import (
 )
 from .nest_facts import (
     column_order,
+    condition_bounds,
     region_limit,
     regions,
     specialized,
@@ -92,6 +94,7 @@ from .nest_facts import (
 )
 from .nest_forms import Lit, Ref, ResidueIndex, RowIndex
 from .nest_reduce import ReduceLowering, accumulate
+from .nest_values import both_bounds
 from .residue import aligned_split, normalize, unrolled_axes, unrolled_bodies
 from .row_cache import row_caches
 from .strides import gathers_along, transposing
@@ -208,18 +211,19 @@ class NestBuilder(ReduceLowering):
         # (residue classes write the body alone: a grouped kernel's other arrays and column
         # sums take the plain nest; grouping.py checks the body before inlining, where a
         # producer's ``i % 7`` is not yet seen: differential seed 122495)
-        residues = (unrolled_axes(body, axes, tile)
+        ragged = self.options.ragged_residues
+        residues = (unrolled_axes(body, axes, tile, ragged)
                     if len(axes) > 1 and not self.also and not self.columns else {})
         least = self.options.looped_residues
         looped = {v: n for v, n in residues.items()  # (not a transposing read's tiles)
-                  if v is not axes[-1] and 0 < least <= n
+                  if v is not axes[-1] and 0 < least <= n and v.extent % n == 0
                   and residues != transposing(body, axes, tile)}
         nested = 1  # (the loops kept out of the merged one: a looped residue's and after)
         if looped and not self.also and not self.columns:
             first = min(axes.index(v) for v in looped)
             body, axes, shape = _residue_axes(body, axes, shape, looped)
             self.reductions += [x for x in walk(body) if isinstance(x, Reduce)]  # (siblings)
-            residues = unrolled_axes(body, axes, tile)
+            residues = unrolled_axes(body, axes, tile, ragged)
             nested = len(axes) - first - 1
         if residues:
             self._residue_nest(body, axes, shape, parallel, residues, nested)
@@ -264,11 +268,15 @@ class NestBuilder(ReduceLowering):
         (``v = n q + a``) in the innermost loop: what the copies share (a pooling window's
         maximum, its gradient's value) is computed once per window."""
         loop, bodies = unrolled_bodies(body, axes, residues)
-        for _, part in bodies:  # (candidates for sharing a loop, as in _parts)
+        for _, part, _ in bodies:  # (candidates for sharing a loop, as in _parts)
             self.reductions += [x for x in walk(part) if isinstance(x, Reduce)]
         extents = [v.extent for v in loop]
-        parts = [part for _, part in bodies]
-        rows = self._regions(parts, loop[-2], extents[-2], rows=True) if len(loop) > 2 else None
+        parts = [part for _, part, _ in bodies]
+        # a ragged class's guard as a probe: a body of its own, whose regions and
+        # specialization the parts' follow (nothing stored where it folds to 0)
+        probes = [_probe(guard) for _, _, guard in bodies]
+        seen = parts + [p for p in probes if not isinstance(p, Const)]
+        rows = self._regions(seen, loop[-2], extents[-2], rows=True) if len(loop) > 2 else None
         blocks = self._row_loops(loop, extents, parallel, max(nested, 2 if rows else 1))
 
         def store(k: int, bound) -> tuple:  # body k's point, ``bound`` for ``loop``
@@ -278,14 +286,14 @@ class NestBuilder(ReduceLowering):
                  math.prod(shape[m + 1:]))
                 for m, (coeffs, k_) in enumerate(bodies[k][0])))
 
-        split = self._regions(parts, loop[-1], extents[-1]) if len(blocks) > 1 else None
+        split = self._regions(seen, loop[-1], extents[-1]) if len(blocks) > 1 else None
         if split or rows:
             self._region_loops(parts, loop, extents, blocks[:-2] if rows else blocks[:-1], rows,
-                               store)
+                               store, probes)
         else:
             self.stack.extend(blocks)
             for k, part in enumerate(parts):
-                self.stack[-1].items.append(Store(*store(k, loop), self.value(part)))
+                self._store(store(k, loop), part, probes[k])
             self.close(blocks)
         if not any(v in residues for v in axes[:len(blocks[0].binds)]):
             self._stage(blocks[0], shape, 0)
@@ -310,8 +318,28 @@ class NestBuilder(ReduceLowering):
         edges = [0, *sorted(cuts), n]
         return list(zip(edges[:-1], edges[1:], strict=True))
 
+    def _store(self, where: tuple, body: Expr, probe: Expr) -> None:
+        """``Store(*where, body)`` in the innermost open block, where its ``probe``
+        (``_probe``) holds: always (1), never (0), or under a guard, above which only what
+        reads in bounds everywhere moves."""
+        if isinstance(probe, Const):
+            if probe.value:
+                self.stack[-1].items.append(Store(*where, self.value(body)))
+            return
+        guard = probe.cond
+        block = Guard(conds=(self.value(guard),))
+        self.stack.append(block)
+        saved = self.proven
+        self.proven = both_bounds(self.proven, condition_bounds(guard))
+        try:
+            block.items.append(Store(*where, self.value(body)))
+        finally:
+            self.proven = saved
+            self.stack.pop()
+        self.stack[-1].items.append(block)
+
     def _region_loops(self, bodies: list, axes, shape, outer: list, rows: list | None,
-                      store) -> None:
+                      store, probes: list | None = None) -> None:
         """The last axis as one loop per range of ``_regions``, each over the bodies with
         the guards that are constant on it folded (branch-free: vectorized); what does
         not depend on that axis is computed once, above them. With ``rows``, the axis
@@ -321,18 +349,22 @@ class NestBuilder(ReduceLowering):
         argument and index body ``k`` stores at, ``bound`` the variables standing for
         ``axes`` (a grouped kernel's ``also`` are bodies of their own)."""
         self.stack.extend(outer)
+        count = len(bodies)
+        probes = probes or [_ALWAYS] * count
+        bodies = [*bodies, *probes]  # (specialized with them: see _residue_nest)
         for v, parts in self._shared_parts(bodies, axes[-2], rows) if rows else [(None, bodies)]:
             row = [*axes[:-2], v] if rows else list(axes[:-1])
             if rows:
                 self.stack.append(Loop(frozenset((v,)), loop=True, var=self.bind(v, "i"),
                                        lo=v.lo, hi=v.lo + v.extent))
-            split = self._regions(parts, axes[-1], shape[-1]) or [(0, shape[-1])]
+            seen = [*parts[:count], *(p for p in parts[count:] if not isinstance(p, Const))]
+            split = self._regions(seen, axes[-1], shape[-1]) or [(0, shape[-1])]
             for w, pieces in self._shared_parts(parts, axes[-1], split):
                 inner = Loop(frozenset((w,)), loop=True, var=self.bind(w, "i"), lo=w.lo,
                              hi=w.lo + w.extent)
                 self.stack.append(inner)
-                for k, piece in enumerate(pieces):
-                    inner.items.append(Store(*store(k, [*row, w]), self.value(piece)))
+                for k, piece in enumerate(pieces[:count]):
+                    self._store(store(k, [*row, w]), piece, pieces[count + k])
                 self.close([inner])
                 if (inner.straight() and not inner.checks()
                         and not any(gathers_along(piece, w) for piece in pieces)):
@@ -437,6 +469,17 @@ class NestBuilder(ReduceLowering):
                 self.cache_write[e] = (buffer, r.axes[0])
         for r in dict.fromkeys(r for _, _, r in found):
             self.value(r)
+
+
+_ALWAYS = Const(1, "int32")
+
+
+def _probe(guard: Expr | None) -> Expr:
+    """A ragged residue class's guard as an expression that specializing folds like a
+    body's (1 where it holds, 0 where not): 1 for a class with none."""
+    if guard is None:
+        return _ALWAYS
+    return Select(guard, _ALWAYS, Const(0, "int32"), "int32")
 
 
 def _residue_axes(body: Expr, axes, shape, split: dict) -> tuple[Expr, list, list]:

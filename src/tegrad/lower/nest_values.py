@@ -266,7 +266,7 @@ class ExprLowering:
             self.stack.append(block)
             saved = self.proven
             if not negate:  # (inside, the condition holds: its bounds too)
-                self.proven = _both(self.proven, proven)
+                self.proven = both_bounds(self.proven, proven)
             try:
                 block.items.append(Assign(name, self.value(branch)))
             finally:
@@ -309,7 +309,7 @@ class ExprLowering:
         branch is taken)."""
         if not (self.clamping and proven):
             return self.value(e)
-        saved, self.proven = self.proven, _both(self.proven, proven)
+        saved, self.proven = self.proven, both_bounds(self.proven, proven)
         try:
             return self.value(e)
         finally:
@@ -334,7 +334,7 @@ class ExprLowering:
         if reduces and reduction_width(e) > self.options.unroll or any(
                 r.where is not None for r in reduces):
             return False
-        start = _both(self.proven, proven or {}) if self.clamping else proven or {}
+        start = both_bounds(self.proven, proven or {}) if self.clamping else proven or {}
         seen: dict = {}
 
         def reads_clamp(x: Expr, known: dict) -> bool:
@@ -345,7 +345,7 @@ class ExprLowering:
 
         def _reads_clamp(x: Expr, known: dict) -> bool:
             if isinstance(x, Select):
-                inside = _both(known, condition_bounds(x.cond))
+                inside = both_bounds(known, condition_bounds(x.cond))
                 return (reads_clamp(x.cond, known) and reads_clamp(x.a, inside)
                         and reads_clamp(x.b, known))
             if isinstance(x, Read) and not all(
@@ -368,7 +368,7 @@ def _truncation_is_floor(e: Binary) -> bool:
     return iv is not None and iv[0] is not None and iv[0] >= 0
 
 
-def _both(outer: dict, inner: dict) -> dict:
+def both_bounds(outer: dict, inner: dict) -> dict:
     """The bounds of two conditions that both hold (``nest_facts.condition_bounds``)."""
     out = dict(outer)
     for e, (lo, hi) in inner.items():

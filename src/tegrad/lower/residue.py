@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from ..ir import dtype as dt
 from ..ir.affine import Form, build, linearize
 from ..ir.bounds import form_interval
-from ..ir.expr import Binary, Const, Expr, Select, Unary, Var, const
+from ..ir.expr import Binary, Const, Expr, Select, Unary, Var, binary, conjunction, const
 from ..ir.traverse import free_vars, substitute, transform, walk
 from .strides import TILE, transposing
 
@@ -47,32 +47,40 @@ MAX_PIECES = 64
 MAX_UNROLLED = 16  # residue classes a compiled kernel unrolls in its loop body
 
 
-def unrolled_axes(body: Expr, axes: Sequence[Var], tile: int = TILE) -> dict[Var, int]:
+def unrolled_axes(body: Expr, axes: Sequence[Var], tile: int = TILE,
+                  ragged: bool = False) -> dict[Var, int]:
     """The output axes that a compiled kernel runs by residue class (``codegen``), with
     their split factors: those used under a constant ``//`` or ``%`` whose factor divides
     their range, at most ``MAX_UNROLLED`` classes in all. A max pool's gradient reads
     ``Y[i // 2, j // 2]``: with ``i = 2 q + a`` and ``a`` unrolled, the window's maximum
     is read (or computed, once inlined) once per window instead of once per element.
-    Where none is, the axis a transposing read is contiguous along, in classes of
-    ``tile`` (``strides.transposing``)."""
+    With ``ragged`` (``Options.ragged_residues``), an axis may have a range the factor
+    does not divide (a pool's 63 rows in classes of 2): its last quotient then holds only
+    some classes, and the others are guarded there (``unrolled_bodies``; the loop nest
+    makes that quotient a region of its own, where the guards fold). Where none is, the
+    axis a transposing read is contiguous along, in classes of ``tile``
+    (``strides.transposing``)."""
     need = divisors([body], axes)
     if not need:  # (a transposing read: its contiguous axis in residue classes)
         return transposing(body, axes, tile)
-    if (any(v.extent % n or v.lo % n for v, n in need.items())
+    if (any(v.lo % n or v.extent % n and (not ragged or v.extent < n)
+            for v, n in need.items())
             or math.prod(need.values()) > MAX_UNROLLED):
         return {}
     return need
 
 
 def unrolled_bodies(body: Expr, axes: Sequence[Var], need: dict[Var, int]):
-    """``(loop axes, [(index forms of the axes, body)])`` for ``unrolled_axes``: each
-    split axis ``v`` becomes ``q`` over ``v / n`` values, and there is one body per
-    combination of residues ``a`` (``v = n q + a`` substituted, divisions simplified).
-    Equal sub-expressions of the bodies are the same nodes (the window's maximum)."""
+    """``(loop axes, [(index forms of the axes, body, guard)])`` for ``unrolled_axes``:
+    each split axis ``v`` becomes ``q`` over ``ceil(v / n)`` values, and there is one body
+    per combination of residues ``a`` (``v = n q + a`` substituted, divisions
+    simplified). Equal sub-expressions of the bodies are the same nodes (the window's
+    maximum). ``guard``: None, or for a class that a ragged axis's last quotient does not
+    hold, the condition ``n q + a <= last`` under which the body's point exists."""
     loop, quotient = [], {}
     for v in axes:
         if v in need:
-            quotient[v] = Var.fresh(f"{v.name}.q", v.lo // need[v], v.extent // need[v])
+            quotient[v] = Var.fresh(f"{v.name}.q", v.lo // need[v], -(-v.extent // need[v]))
         loop.append(quotient.get(v, v))
     bodies = []
     for residues in _product([range(need[v]) for v in need]):
@@ -80,7 +88,10 @@ def unrolled_bodies(body: Expr, axes: Sequence[Var], need: dict[Var, int]):
         mapping = {v: build({quotient[v]: need[v]}, a, v.dtype) for v, a in forms.items()}
         index = tuple(({quotient[v]: need[v]}, forms[v]) if v in forms else ({v: 1}, 0)
                       for v in axes)
-        bodies.append((index, normalize(substitute(body, mapping))))
+        guard = conjunction(binary("le", mapping[v], const(v.lo + v.extent - 1, v.dtype))
+                            for v, a in forms.items()
+                            if v.extent % need[v] and a >= v.extent % need[v])
+        bodies.append((index, normalize(substitute(body, mapping)), guard))
     return loop, bodies
 
 
