@@ -259,11 +259,12 @@ class ScaledHeads:
 
     def __init__(self, t: Compute, t_bar: Tensor, finish: Finish):
         self.t, self.t_bar, self.finish = t, t_bar, finish
-        self.made: dict[Expr, Compute] = {}
+        self.own = frozenset(t.axes)
+        self.made: dict[tuple, Compute] = {}  # the factors of a scale -> its scaled head
 
     def split(self, term: Term) -> tuple[Tensor, Expr]:
         """The head the term reads (``t_bar`` or a scaled one) and the rest of its adjoint."""
-        own = frozenset(self.t.axes)
+        own = self.own
         if not _reads_window(term.read, own):
             return self.t_bar, term.adjoint
         factors: list[tuple[Expr, bool]] = []  # (factor, divides)

@@ -274,8 +274,8 @@ def _stays_guarded(body: Expr, options: Options) -> bool:
                               or any(r.where is not None for r in reduces))
 
 
-def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool = False,
-                      ragged: bool = False) -> int:
+def _site_evaluations(consumer: Compute, producer: Compute, guarded: bool,
+                      ragged: bool) -> int:
     """How many times the reads of ``producer`` in ``consumer`` are evaluated, with each
     read computed once per iteration of the loops down to its innermost variable, over the
     values those loops take under the ``select`` guards around it (a read of one gate in a

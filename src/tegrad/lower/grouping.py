@@ -264,7 +264,7 @@ def _reads(kernel: Kernel) -> set:
     return found
 
 
-def _plain(kernel: Kernel, max_regions: int, ragged: bool = False) -> bool:
+def _plain(kernel: Kernel, max_regions: int, ragged: bool) -> bool:
     """A general kernel whose loop nest ``nest_build`` makes a plain row nest (no column
     order, no regions of its last axis, no residue classes)."""
     if not isinstance(kernel, General):
