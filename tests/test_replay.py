@@ -497,9 +497,10 @@ def test_scan_steps_after_the_first_run_in_one_c_call(dtype, monkeypatch):
             np.testing.assert_allclose(got, want, rtol=1e-4 if dtype == "float32" else 1e-10,
                                        atol=1e-5 if dtype == "float32" else 1e-12)
         arrays[4] *= 1.5
-    # per scan: the first call's second step lays the weight out, its third loops; later
-    # calls loop from their second step
-    assert [loop is not None for loop in made] == [False, True] * 2 + [True] * 4
+    # per scan: the first call's first step makes the trace, its second lays the weight
+    # out, its third loops; a later call's first step lays the weight out again (the try
+    # at its start is refused), its second loops
+    assert [loop is not None for loop in made] == [False, True] * 6
 
 
 def test_scan_step_loop_reads_the_time_and_zero_rows():

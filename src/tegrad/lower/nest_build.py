@@ -19,6 +19,12 @@ the reduce loops outside that axis, over chunks of ``COLUMN_CHUNK`` accumulators
 part per range of columns) split its loop into one loop per range, each over the body
 with those guards folded (``nest_facts.regions``, at most ``Options.max_regions``).
 
+**Flattened axes.** A body that uses its last two axes only together, as the row-major
+point ``n_b a + b``, and at least once under a ``//`` or ``%`` (a roll of the flattened
+array read in its shape: ``X[(n_b a + b + s) % L]``) loops over that point alone
+(``nest_facts.flattened``): the roll's wrap is then one cut of one loop (``regions``),
+each side a contiguous copy.
+
 **Residue classes.** Axes read under ``// n`` (a max pool's gradient reads its window's
 maximum at ``[i // 2, j // 2]``) loop over their quotients, the body written once per
 residue class (``lower/residue.unrolled_axes``): the window's values are shared. An
@@ -85,6 +91,7 @@ from .nest import (
 from .nest_facts import (
     column_order,
     condition_bounds,
+    flattened,
     region_limit,
     regions,
     specialized,
@@ -136,6 +143,10 @@ class NestBuilder(ReduceLowering):
         size = math.prod(shape)
         parallel = size * work_per_point(body_of.body) >= self.options.parallel_work and size > 1
         body = unshadow(body_of.body, frozenset(axes))
+        if len(axes) > 1 and not self.also and not self.columns and (
+                found := flattened(body, axes[-2], axes[-1])):
+            body, last = found  # (the last two axes as one: ``nest_facts.flattened``)
+            axes, shape = [*axes[:-2], last], (*shape[:-2], last.extent)
         if self.options.order_reductions:
             body = stride_ordered(body)
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]

@@ -46,6 +46,7 @@ from ..ir.traverse import (
     with_fresh_axes,
 )
 from ..simplify.pipeline import merge_nested_sums
+from .coalesce import INT_MAX
 from .cost import reduction_width
 from .residue import normalize
 
@@ -291,7 +292,7 @@ MIN_BLOCK = 4  # points of ``v`` in one block of a quotient that ``regions`` cut
 
 
 def _quotient_cuts(x: Expr, v: Var, n: int, limit: int) -> list[int] | None:
-    """Where ``x``, a ``(m v + k) // S`` or ``% S`` of ``v`` alone (``m > 0``), changes
+    """Where ``x``, a ``(m v + k) // S`` or ``% S`` of ``v`` alone (``m != 0``), changes
     block along ``[0, n)``; None past ``limit`` of them. On each range between them the
     quotient is one constant and the remainder ``m v + k - S b`` affine (``specialized``
     folds both): an adaptive pooling's gradient reads its bins' values at ``[j // 11]``,
@@ -304,12 +305,17 @@ def _quotient_cuts(x: Expr, v: Var, n: int, limit: int) -> list[int] | None:
         return None
     coeffs, k = linearize(x.a)
     m, size = coeffs.get(v, 0), int(x.b.value)
-    if list(coeffs) != [v] or m <= 0 or m < size < MIN_BLOCK * m:
+    if list(coeffs) != [v] or m == 0 or abs(m) < size < MIN_BLOCK * abs(m):
         return None  # (blocks of 2 or 3 points: a strided conv's gradient, unsplit)
-    first, last = k // size + 1, (m * (n - 1) + k) // size  # the blocks started in (0, n)
-    if last - first + 1 > limit * max(1, m // size + 1):
-        return None  # (more blocks than ``m // size + 1`` can start at any one value)
-    made = sorted({-((k - size * b) // m) for b in range(first, last + 1)})  # ceil((S b - k) / m)
+    if m > 0:  # the blocks started in (0, n): at ceil((S b - k) / m)
+        first, last = k // size + 1, (m * (n - 1) + k) // size
+        starts = lambda b: -((k - size * b) // m)  # noqa: E731
+    else:  # falling (a roll's gradient, ``(k - v) % S``): below S b from (k - S b) // |m| + 1
+        first, last = (m * (n - 1) + k) // size + 1, k // size
+        starts = lambda b: (k - size * b) // -m + 1  # noqa: E731
+    if last - first + 1 > limit * max(1, abs(m) // size + 1):
+        return None  # (more blocks than ``|m| // size + 1`` can start at any one value)
+    made = sorted({starts(b) for b in range(first, last + 1)})
     return made if len(made) <= limit else None
 
 
@@ -433,3 +439,47 @@ def work_per_point(body: Expr) -> int:
     additions: an LSTM step's gates are worth two threads at 8K points)."""
     calls = sum(1 for x in walk(body) if isinstance(x, Unary) and x.op in LIBRARY_CALLS)
     return reduction_width(body) * (1 + TRANSCENDENTAL_COST * calls)
+
+
+def flattened(body: Expr, a: Var, b: Var) -> tuple[Expr, Var] | None:
+    """``(body over m, m)`` where the body of two neighbouring output axes ``a``, ``b``
+    (``b`` the last, ``n_b`` points) uses them only together, as ``c (n_b a + b)`` in its
+    integer affine parts, and at least once under a ``//`` or ``%`` (a roll of the
+    flattened array read in its shape: ``X[(n_b a + b + s) % L]``): the point ``(a, b)``
+    is ``m = n_b a + b`` of the row-major output, so ``a = 0, b = m`` over ``[0, n_a
+    n_b)`` gives the same values at the same addresses, and the loop over ``m`` can be
+    cut where the ``%`` wraps (``regions``), where one row is the most that ``(a, b)``
+    could cut. None where either is used on its own (a bias ``B[a]``, a guard on ``b``),
+    or with no ``//`` or ``%`` (``coalesce.py`` merges such loops once built)."""
+    nb = b.extent
+    if a.lo or b.lo or a.extent * nb > INT_MAX:
+        return None
+    memo: dict = {}
+    divided = []
+
+    def flat(e: Expr) -> bool:
+        if e in memo:
+            return memo[e]
+        if e is a or e is b:
+            found = False
+        elif dt.is_int(e.dtype) and not isinstance(e, Const):
+            coeffs, _ = linearize(e)
+            atoms = [x for x in coeffs if x is not a and x is not b]
+            if coeffs.get(a, 0) != nb * coeffs.get(b, 0):
+                found = False
+            elif atoms == [e]:  # (not affine itself: its operands are)
+                found = all(flat(c) for c in children(e))
+                if (isinstance(e, Binary) and e.op in ("floordiv", "floormod")
+                        and {a, b} & free_vars(e)):
+                    divided.append(e)
+            else:
+                found = all(flat(x) for x in atoms)
+        else:
+            found = all(flat(c) for c in children(e))
+        memo[e] = found
+        return found
+
+    if not flat(body) or not divided:
+        return None
+    m = Var.fresh(b.name, 0, a.extent * nb)
+    return substitute(body, {a: Const(0, a.dtype), b: m}), m

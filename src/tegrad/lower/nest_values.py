@@ -32,7 +32,22 @@ import math
 
 from ..ir import dtype as dt
 from ..ir.bounds import interval, is_pure_index
-from ..ir.expr import Binary, Cast, Const, Expr, Read, Reduce, Select, Unary, Var
+from ..ir.expr import (
+    Binary,
+    Cast,
+    Const,
+    Expr,
+    Read,
+    Reduce,
+    Select,
+    Unary,
+    Var,
+    binary,
+    cast,
+    const,
+    read,
+    select,
+)
 from ..ir.traverse import children, free_vars, walk, with_children
 from ..options import Options
 from .cost import reduction_width
@@ -151,6 +166,8 @@ class ExprLowering:
                 name = self.select(e)
             elif isinstance(e, Read):
                 name = self.read(e)
+            elif (wrapped := one_wrap(e)) is not None:
+                name = self.value(wrapped)
             else:
                 name = self.emit(e, self.expression(e))
             if e in self.cache_write and e not in self.cache_read:
@@ -199,9 +216,21 @@ class ExprLowering:
         raise TypeError(f"cannot compile {type(e).__name__}")
 
     def read(self, e: Read) -> Ref:
+        for axis, index in enumerate(e.indices):
+            if (chosen := chosen_index(index)) is not None:  # (see chosen_index)
+                cond, a, b = chosen
+                at = lambda i, axis=axis: read(  # noqa: E731
+                    e.tensor, (*e.indices[:axis], i, *e.indices[axis + 1:]))
+                return self.value(select(cond, at(a), at(b)))
         shape = e.tensor.shape
         terms = []
-        for axis, index in enumerate(e.indices):
+        for axis, index, stride in flat_pairs(e.indices, shape):
+            if stride is not None:  # ``x // n, x % n``: element ``x`` of the two (below)
+                extent = shape[axis] * shape[axis + 1]
+                clamp = (extent - 1 if self.clamping and not index_in_bounds(index, extent)
+                         else None)
+                terms.append(IndexTerm(self.value(index), stride, clamp))
+                continue
             ix = self.value(index)
             clamp = None
             if not is_pure_index(index) and self.bounded(index, shape[axis]):
@@ -355,6 +384,77 @@ class ExprLowering:
             return all(reads_clamp(c, known) for c in children(x))
 
         return reads_clamp(e, start)
+
+
+def chosen_index(index: Expr) -> tuple[Expr, Expr, Expr] | None:
+    """``(c, a, b)`` for a pure index ``select(c, a, b)`` or a condition made an integer
+    (``c, 1, 0``): the read there is ``select(c, X[a], X[b])``. gcc 12.2 vectorizes a load
+    at a condition made 0 or 1 (``a[i >= 7 ? 1 : 0]``) as a load at the lanes' mask, -1
+    where the condition holds; two loads and a blend are right (and ``Choose``, with
+    the branch not taken clamped, stays branch-free)."""
+    if not (dt.is_int(index.dtype) and is_pure_index(index)):
+        return None
+    inner = index
+    while isinstance(inner, Cast) and dt.is_int(inner.a.dtype):
+        inner = inner.a
+    if isinstance(inner, Select):
+        return inner.cond, cast(inner.a, index.dtype), cast(inner.b, index.dtype)
+    if isinstance(inner, Cast) and inner.a.dtype == "bool":
+        return inner.a, const(1, index.dtype), const(0, index.dtype)
+    return None
+
+
+def flat_pairs(indices: tuple, shape: tuple):
+    """``(axis, index, None)`` per dimension of a read, but ``(axis, x, stride)`` for
+    two neighbours read at ``[x // n, x % n]`` where ``n`` is the second's extent (a
+    flattened array read back in its shape): ``(x // n) n + x % n = x`` for floor
+    division, so the pair is element ``x`` of a dimension of the second's stride, and
+    neither the quotient nor the remainder is computed. Only pure indices pair: both
+    are then in bounds wherever the read is made (the verifier's proof), so is ``x``;
+    in a discarded branch (``clamping``) ``x`` is clamped into the pair's extent."""
+    k = 0
+    while k < len(indices):
+        q = indices[k]
+        if k + 1 < len(indices) and _pairs(q, indices[k + 1], shape[k + 1]):
+            yield k, q.a, math.prod(shape[k + 2:])
+            k += 2
+        else:
+            yield k, q, None
+            k += 1
+
+
+def _pairs(q: Expr, r: Expr, n: int) -> bool:
+    return (isinstance(q, Binary) and q.op == "floordiv" and isinstance(r, Binary)
+            and r.op == "floormod" and q.a is r.a and isinstance(q.b, Const)
+            and isinstance(r.b, Const) and int(q.b.value) == int(r.b.value) == n
+            and is_pure_index(q) and dt.is_int(q.dtype))
+
+
+def one_wrap(e: Expr) -> Expr | None:
+    """``x % n`` (integers, ``n > 0`` constant) where ``x`` takes values in ``[lo, hi]``
+    holding at most one multiple of ``n`` past ``q n``, ``q = lo // n`` (a roll's ``(i +
+    s) % L``): ``select(x >= (q + 1) n, x - (q + 1) n, x - q n)``, a compare and a blend
+    where the division takes a multiply-high sequence per lane, or a loop of divisions
+    where the lanes have no such instruction. None for any other expression, or where the
+    range is unknown.
+
+    Not ``x // n`` as ``q + (x >= (q + 1) n)``: gcc 12.2 vectorizes a load at an index
+    that is a comparison made 0 or 1 (``a[i >= 7 ? 1 : 0]``) as a load at the lanes'
+    mask, -1 where it holds (differential seed 130116); the quotient keeps its division."""
+    if not (isinstance(e, Binary) and e.op == "floormod" and dt.is_int(e.dtype)
+            and isinstance(e.b, Const) and int(e.b.value) > 0):
+        return None
+    n, iv = int(e.b.value), interval(e.a)
+    if iv is None or iv[0] is None or iv[1] is None:
+        return None
+    q = iv[0] // n
+    if iv[1] // n > q + 1:
+        return None
+    below = binary("sub", e.a, const(q * n, e.dtype)) if q else e.a
+    if iv[1] // n == q:
+        return below
+    return select(binary("le", const((q + 1) * n, e.dtype), e.a),
+                  binary("sub", e.a, const((q + 1) * n, e.dtype)), below)
 
 
 def _truncation_is_floor(e: Binary) -> bool:

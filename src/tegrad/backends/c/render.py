@@ -31,6 +31,7 @@ from ...ir.expr import Binary, Cast, Const, Expr, Select, Unary, Var
 from ...lower import nest as n
 from ...lower import nest_forms as forms
 from ...lower import nest_lanes
+from ...lower.coalesce import INT_MAX
 from . import c_ops
 from .c_ops import CTYPE, LOCAL_CTYPE
 
@@ -149,6 +150,13 @@ class CDialect:
         head = []
         if b.parallel:
             head.append("#pragma omp parallel for schedule(static) num_threads(nthreads)")
+        if len(names) == 1 and not b.chunks and b.vars[0][2] + extents[0] <= INT_MAX:
+            # one axis: an ``int``, as an inner loop's is (an index the body computes in
+            # 32 bits from a ``long`` is not affine to gcc: the loop would stay scalar)
+            (name, extent, lo), = b.vars
+            return [*head, f"for (int f = 0; f < {extent}; f++) {{",
+                    f"  const int {name} = {f'{lo} + f' if lo else 'f'};",
+                    *("  " + line for s in b.stages for line in self.stage(s))]
         head.append(f"for (long f = 0; f < {math.prod(extents)}L; f++) {{")
         for k, name in enumerate(names):
             inner = math.prod(extents[k + 1:])

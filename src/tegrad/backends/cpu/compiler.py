@@ -56,7 +56,12 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fno-trapping-m
 # unrolled whole. The hand-written helpers (term_kernel, tg_copy, the step loop) keep
 # gcc's own unrolling: their register tiles are loops gcc must unroll whole, and the
 # differential tests do not reach them with random programs.
-GENERATED_FLAGS = ("--param", "max-completely-peeled-insns=0")
+# ``-fno-thread-jumps``: a body whose selects test the same comparisons again (a
+# gradient's ``select(x < 0, ...)`` beside ``select(!(x < 0) && !(0 < x), ...)``) was
+# threaded by gcc into a branching loop body that its if-conversion cannot flatten, so
+# the loop ran scalar, a mispredicted branch per point (prelu's input gradient, 7x its
+# forward). The generated loop bodies are straight-line; threading only ever splits them.
+GENERATED_FLAGS = ("--param", "max-completely-peeled-insns=0", "-fno-thread-jumps")
 LIBS = ("-lmvec", "-lm")
 
 

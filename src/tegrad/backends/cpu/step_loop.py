@@ -47,6 +47,7 @@ from ...ir import dtype as dt
 from . import copy as copies
 from .gemm import GemmCall
 from .packed import PackedGemm, RowsGemm
+from .replay import array_address
 
 FIXED, ROW, TIME = 0, 1, 2
 KERNEL, GEMM, PACKED, COPY, ZERO = range(5)
@@ -165,7 +166,8 @@ class StepLoop:
 
     @classmethod
     def make(cls, trace, fed: dict, targets: list) -> StepLoop | None:
-        if trace.calls is None or len(trace.forms) != len(trace.calls):
+        if (trace.calls is None or len(trace.forms) != len(trace.calls)
+                or not all(pack.ready() for pack in trace.packs)):
             return None
         loop = cls(trace)
         return loop if loop._build(fed, targets) else None
@@ -189,13 +191,13 @@ class StepLoop:
                 if how.dtype != dtype or how.strides != strides:
                     return False
                 self.held.append(how)
-                table[slot] = [FIXED, how.ctypes.data, 0, 0, 0, 0, 0]
+                table[slot] = [FIXED, array_address(how), 0, 0, 0, 0, 0]
             elif isinstance(how, str):
                 if np.dtype(dtype) != np.dtype(dt.INDEX):
                     return False
                 buffer = np.zeros((), dtype)
                 self.held.append(buffer)
-                table[slot] = [TIME, buffer.ctypes.data, 0, 0, 0, 0, 0]
+                table[slot] = [TIME, array_address(buffer), 0, 0, 0, 0, 0]
             else:
                 layout = _layout(how)
                 if layout is None or layout[2] != dtype or layout[1] != strides:
@@ -204,7 +206,7 @@ class StepLoop:
         for buffer, t in trace.outputs:
             if buffer is None:
                 return False  # an output that is a fed value: copied in Python
-            table[trace.slot[t]] = [FIXED, buffer.ctypes.data, 0, 0, 0, 0, 0]
+            table[trace.slot[t]] = [FIXED, array_address(buffer), 0, 0, 0, 0, 0]
         placed = set()
         for (buffer, t), rows in zip(trace.outputs, targets, strict=True):
             if rows is None:
@@ -224,8 +226,8 @@ class StepLoop:
     def _rows(self, rows, outside: np.ndarray) -> list[int]:
         a = rows.array
         self.held += [a, outside]
-        return [ROW, a.ctypes.data, a.strides[0], rows.coefficient, rows.offset, a.shape[0],
-                outside.ctypes.data]
+        return [ROW, array_address(a), a.strides[0], rows.coefficient, rows.offset, a.shape[0],
+                array_address(outside)]
 
     def _slot_of(self, address: int) -> int:
         """A fixed slot at ``address`` (a recipe's workspace)."""
@@ -287,5 +289,5 @@ class StepLoop:
         """Steps ``[start, stop)``; -1, or the step whose kernel failed."""
         slots = np.array(self.slots, np.int64).reshape(-1)
         code = np.array(self.code, np.int64)
-        return _tg_steps()(start, stop, len(self.slots), slots.ctypes.data, code.ctypes.data,
+        return _tg_steps()(start, stop, len(self.slots), array_address(slots), array_address(code),
                            len(code), threads)

@@ -115,10 +115,15 @@ class _Stepper:
         run_into, outputs = getattr(self.program, "run_into", None), self.outputs
         if hasattr(self.program, "new_run"):  # (its packed weights: cpu/packed.py)
             self.program.new_run()
-        tries = 2 if hasattr(self.program, "run_steps") and lines is not None else 0
+        # the first step of the program's first run makes its trace, the first of each
+        # run the packs of its products' fixed operands: the loop is tried at the start
+        # (a trace and no packs), then after each of those
+        tries = 3 if hasattr(self.program, "run_steps") and lines is not None else 0
+        rows = None
         for t in range(start, stop):
-            if t > start and tries:  # (a first step makes the trace, a second its packs)
-                if self.program.run_steps(t, stop, *self._rows(*lines)):
+            if tries:
+                rows = rows or self._rows(*lines)
+                if self.program.run_steps(t, stop, *rows):
                     break
                 tries -= 1
             for (n, lag), p in step.lagged.items():
