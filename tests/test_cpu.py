@@ -1481,40 +1481,71 @@ def test_cubes_and_fourth_powers_are_products(dtype):
         np.testing.assert_array_max_ulp(g[finite], want[finite], maxulp=2)
 
 
+def _vectorizer_report(tmp_path, outputs) -> str:
+    """gcc's report of the loops it vectorized in the C of ``outputs``, compiled with the
+    generated kernels' flags."""
+    from tegrad.backends.c.c_ops import PRELUDE
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from c_text import c_text
+
+    text = c_text(outputs)
+    assert "omp parallel" in text  # (outlined, as a large array's kernel is)
+    source = tmp_path / "k.c"
+    source.write_text(PRELUDE + "\n\n" + text)
+    flags = [f for f in compiler.FLAGS if f not in ("-shared", "-w")]
+    return subprocess.run([compiler.compiler(), *flags, *compiler.GENERATED_FLAGS,
+                           "-fopt-info-vec-optimized", "-c", str(source), "-o",
+                           str(tmp_path / "k.o")], capture_output=True, text=True,
+                          check=True).stderr
+
+
 def test_a_gradient_whose_selects_retest_their_conditions_vectorizes(tmp_path):
     """prelu's input gradient tests ``x < 0`` and ``0 < x`` in several selects; with
     gcc's jump threading its loop body became branches that if-conversion could not
     flatten, and the loop ran scalar (7x the forward's time). ``GENERATED_FLAGS`` turns
     threading off: gcc's own report says the loop is vectorized."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from tegrad.backends.c.c_ops import PRELUDE
-    from tegrad.backends.cpu import compiler
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from c_text import c_text
-
     x = tg.placeholder((128, 8192), "float32", name="X")
     w = tg.placeholder((1,), "float32", name="W")
     head = tg.placeholder((128, 8192), "float32", name="H")
     (dx,) = tg.gradient(tg.nn.prelu(x, w), [x], head=head)
-    text = c_text([dx])
-    assert "omp parallel" in text  # (outlined, as a large array's kernel is)
-    source = tmp_path / "k.c"
-    source.write_text(PRELUDE + "\n\n" + text)
-    flags = [f for f in compiler.FLAGS if f not in ("-shared", "-w")]
-    report = subprocess.run([compiler.compiler(), *flags, *compiler.GENERATED_FLAGS,
-                             "-fopt-info-vec-optimized", "-c", str(source), "-o",
-                             str(tmp_path / "k.o")], capture_output=True, text=True,
-                            check=True).stderr
+    report = _vectorizer_report(tmp_path, [dx])
     assert "loop vectorized" in report, report
     xv = np.array([[-2.0, -0.0, 0.0, 3.0] * 2048] * 128, np.float32)
     wv = np.array([0.25], np.float32)
     hv = np.random.default_rng(0).standard_normal(xv.shape).astype(np.float32)
     (got,) = tg.build([x, w, head], [dx], target="cpu")(xv, wv, hv)
     np.testing.assert_array_equal(got, tg.build([x, w, head], [dx], target="numpy")(xv, wv, hv)[0])
+
+
+@pytest.mark.parametrize("clamp", ["hardtanh", "relu6", "clamp by arrays"])
+def test_a_clamp_vectorizes_and_keeps_nan(tmp_path, clamp):
+    """A max or min keeps a NaN of either operand, as np.maximum does: ``(a != a || a >
+    b) ? a : b``. With jump threading off (``GENERATED_FLAGS``) gcc left a chain of two
+    of these scalar (hardtanh: 14x torch's forward). Against a literal other than NaN
+    one comparison does (``c_ops.binary``), and the chain vectorizes; between two arrays
+    the NaN test stays. The values are NumPy's, NaN, infinities and signed zeros
+    included."""
+    x = tg.placeholder((128, 8192), "float32", name="X")
+    lo = tg.placeholder((128, 8192), "float32", name="L")
+    hi = tg.placeholder((128, 8192), "float32", name="U")
+    inputs = [x]
+    if clamp == "hardtanh":
+        y = tg.nn.hardtanh(x, -0.5, 2.0)
+    elif clamp == "relu6":
+        y = tg.nn.relu6(x)
+    else:
+        y = tg.minimum(tg.maximum(x, lo), hi)
+        inputs = [x, lo, hi]
+    if clamp != "clamp by arrays":
+        assert "loop vectorized" in _vectorizer_report(tmp_path, [y])
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, -0.5, 2.0, 6.0, 7.0, -3.0, 1.0]
+    rng = np.random.default_rng(1)
+    arrays = [rng.choice(np.array(special, np.float32), size=(128, 8192)) for _ in inputs]
+    got = tg.build(inputs, [y], target="cpu")(*arrays)[0]
+    want = tg.build(inputs, [y], target="numpy")(*arrays)[0]
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
 
 
 def test_a_flattened_roll_reads_by_its_flat_index():

@@ -16,6 +16,7 @@ such a lane in nearly every vector.
 from __future__ import annotations
 
 import math
+import re
 
 CTYPE = {"float32": "float", "float64": "double", "int32": "int32_t", "int64": "int64_t",
          "bool": "uint8_t"}
@@ -157,6 +158,14 @@ def literal(value, dtype: str) -> str:
     return f"((int64_t){v}LL)" if dtype == "int64" else f"((int32_t){v})"
 
 
+_NOT_NAN_LITERAL = re.compile(r"\((float|double)\)(-?0x[0-9a-f.]+p[+-]\d+|\(-?INFINITY\))")
+
+
+def _not_nan_literal(operand: str) -> bool:
+    """Whether ``operand`` is a float ``literal`` other than NaN."""
+    return _NOT_NAN_LITERAL.fullmatch(operand) is not None
+
+
 def _float_suffix(dtype: str) -> str:
     return "f" if dtype == "float32" else ""
 
@@ -225,6 +234,13 @@ def binary(op: str, a: str, b: str, dtype: str, operand: str) -> str:
     if op in ("max", "min"):
         cmp = ">" if op == "max" else "<"
         if floating:  # NaN wins, as in np.maximum
+            # against a literal that is not NaN, one comparison: NaN fails ``<=`` as it
+            # fails ``>``, so it stays. gcc vectorizes a chain of these (a clamp: relu6,
+            # hardtanh), where the test for NaN's branches kept it scalar
+            if _not_nan_literal(b):
+                return f"(({a} {'<=' if op == 'max' else '>='} {b}) ? {b} : {a})"
+            if _not_nan_literal(a):
+                return f"(({a} {cmp} {b}) ? {a} : {b})"
             return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
         return f"(({a} {cmp} {b}) ? {a} : {b})"
     sym = {"lt": "<", "le": "<=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}.get(op)
