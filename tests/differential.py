@@ -111,6 +111,8 @@ SETTINGS = {
     "pool": (dict(pool_min_bytes=0), dict(pool_min_bytes=1 << 62)),
     "views": (dict(views=True), dict(views=False)),
     "value_bounds": (dict(value_bounds=True), dict(value_bounds=False)),
+    "count_sums": (dict(count_sums=True), dict(count_sums=False)),
+    "hoist": (dict(hoist_unrolled=True), dict(hoist_unrolled=False)),
     "order_reductions": (dict(order_reductions=True), dict(order_reductions=False)),
     "scatter": (dict(compiled_scatters=True), dict(compiled_scatters=False)),
     "thin_batch": (dict(thin_batch=1 << 30), dict(thin_batch=0)),

@@ -427,3 +427,24 @@ def test_a_factor_under_a_select_moves_with_its_condition():
     for target in ("numpy", "cpu"):
         np.testing.assert_allclose(tg.build([x, h], g, target=target)(xv, hv), want.numpy(),
                                    rtol=1e-12, atol=1e-14)
+
+
+def test_a_min_over_gathered_rows_under_a_guard_has_its_gradient_on_the_reference():
+    """``min_k Y[t[k - 1], k]`` where ``0 <= t[k - 1] < 4`` (and k even): the gradient's
+    test ``0 <= t[..] && t[..] < 4 && ... && Y[t[..], j] == min`` reads ``Y`` at ``t``
+    only where the guard before it holds. The reference checked that gather under the
+    enclosing conditions alone and raised at ``t = -1`` (a fuzz example); it now checks
+    the right side of ``and`` where the left holds, and gives the cpu target's values."""
+    y = tg.placeholder((4, 5), "float64", name="Y")
+    t = tg.compute((4,), lambda i: tg.if_then_else(tg.equal(i, 3), 1, -1), name="t")
+    k = tg.reduce_axis((1, 5), "k")
+    low = tg.compute((), lambda: tg.min(y[t[k - 1], k], axis=k, where=tg.all(
+        0 <= t[k - 1], t[k - 1] < 4, tg.equal(k % 2, 0))), name="low")
+    (dy,) = tg.gradient(low, [y])
+    yv = np.random.default_rng(0).standard_normal((4, 5))
+    want = np.zeros((4, 5))
+    want[1, 4] = 1.0  # k = 4 alone passes: t[3] = 1
+    for target in ("numpy", "cpu"):
+        got_low, got_dy = tg.build([y], [low, dy], target=target)(yv)
+        assert got_low == yv[1, 4]
+        np.testing.assert_array_equal(got_dy, want)

@@ -780,3 +780,87 @@ def test_odd_extents_run_by_residue_class(case):
         got = tg.build([X, H], [Y, dX], target="cpu", options=options)(x, h)
         for a, b in zip(got, [ty.detach().numpy(), tdx.numpy()], strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def _counted_cases():
+    """name -> (outputs, inputs, whether a sum's axis is counted): sums whose source does
+    not use their last axes."""
+    X = tg.placeholder((6, 5), "float32", "X")
+    N = tg.placeholder((6, 5), "int32", "N")
+    k, a, b = tg.reduce_axis((0, 8), "k"), tg.reduce_axis((0, 5), "a"), tg.reduce_axis((1, 5), "b")
+    # k's bound from i: min(8, i + 1) points of X[i, j]
+    tri = tg.compute((6, 5), lambda i, j: tg.sum(X[i, j], axis=k, where=k <= i), name="tri")
+    # two free axes of constant range: 5 x 4 points
+    both = tg.compute((6, 5), lambda i, j: tg.sum(X[i, j] * 2.0, axis=[a, b]), name="both")
+    # b's bound names a: b alone is counted (a + 1 - 1 points), a stays a loop
+    nested = tg.compute((6, 5), lambda i, j: tg.sum(X[i, a] * X[i, j], axis=[a, b],
+                                                    where=tg.all(b <= a, a <= j)), name="nested")
+    # a window from a start that is not affine in the output: an adaptive pool's offsets
+    window = tg.compute((6, 5), lambda i, j: tg.sum(
+        X[i, j], axis=k, where=tg.all(k + j >= (i * 7) // 3, k + j < (i * 7 + 9) // 3)),
+        name="window")
+    ints = tg.compute((6, 5), lambda i, j: tg.sum(N[i, j], axis=k, where=k <= j), name="ints")
+    # a conjunct that is not a bound (k even) tests every point: k stays a loop
+    even = tg.compute((6, 5), lambda i, j: tg.sum(X[i, j], axis=k, where=tg.equal(k % 2, 0)),
+                      name="even")
+    return {"triangle": ([tri], [X], True), "two constant axes": ([both], [X], True),
+            "dependent bounds": ([nested], [X], True), "window": ([window], [X], True),
+            "integers": ([ints], [N], True), "not a bound": ([even], [X], False)}
+
+
+@pytest.mark.parametrize("case", list(_counted_cases()))
+def test_a_sum_over_axes_its_source_does_not_use_is_a_product(case):
+    """``sum_{k in [lo, hi)} x = max(0, hi - lo) x`` where neither ``x`` nor a conjunct
+    left over uses ``k`` and no later axis's bounds name it (``Options.count_sums``,
+    ``nest_reduce.counted_axes``): no loop over ``k``. Both ways give NumPy's values."""
+    outputs, inputs, counts = _counted_cases()[case]
+    counted = "\n".join(_kernel_texts(outputs))
+    looped = "\n".join(_kernel_texts(outputs, count_sums=False))
+    loops = [len(re.findall(r"for \(int r\d+", text)) for text in (counted, looped)]
+    assert (loops[0] < loops[1]) == counts and (counted == looped) == (not counts), counted
+    rng = np.random.default_rng(5)
+    arrays = [rng.integers(-9, 9, t.shape).astype(t.dtype) if t.dtype == "int32"
+              else rng.standard_normal(t.shape).astype(t.dtype) for t in inputs]
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(count_sums=on)
+        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def _hoist_cases():
+    """name -> (outputs, inputs, buffers ``hoist`` makes)."""
+    X = tg.placeholder((4, 6, 40), "float32", "X")
+    W = tg.placeholder((3,), "float32", "W")
+    o = tg.reduce_axis((0, 3), "o")
+    # only o and the columns: nothing to move (o alone gives constants once unrolled)
+    plain = tg.compute((4, 6, 40), lambda n, h, w: tg.sum(X[n, o, w] * W[o], axis=o),
+                       name="plain")
+    # an adaptive max pool's gradient (14 rows to 3 windows), as a user writes it
+    image = tg.placeholder((2, 3, 14, 40), "float32", "I")
+    pooled = tg.nn.adaptive_max_pool2d(image, (3, None))
+    head = tg.placeholder(pooled.shape, "float32", "H")
+    (pool_grad,) = tg.gradient(pooled, [image], head=head)
+    return {"nothing to move": ([plain], [X, W], 0),
+            "adaptive max pool": ([pool_grad], [image, head], 1)}
+
+
+@pytest.mark.parametrize("case", list(_hoist_cases()))
+def test_values_of_an_unrolled_loop_move_out_of_the_vector_loop(case):
+    """An unrolled loop inside a vectorized one computes, before the vectorized loop,
+    into a buffer per value, what does not depend on the vectorized loop's variable but
+    on its own and an outer one (``lower/hoist.py``, ``Options.hoist_unrolled``). Both
+    ways give NumPy's values."""
+    outputs, inputs, buffers = _hoist_cases()[case]
+    moved = "\n".join(_kernel_texts(outputs))
+    kept = "\n".join(_kernel_texts(outputs, hoist_unrolled=False))
+    assert len(re.findall(r"\bh\d+_\w+\[\d+\];", moved)) >= buffers, moved
+    assert (buffers == 0) == (moved == kept)
+    assert "#pragma omp simd" in moved
+    rng = np.random.default_rng(6)
+    arrays = [rng.standard_normal(t.shape).astype(t.dtype) for t in inputs]
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(hoist_unrolled=on)
+        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -84,6 +84,25 @@ def test_every_reshape_is_a_view(n):
             assert np.array_equal(ViewOf(found)({X: x}), x.reshape(b)), (a, b)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_first_rows_reshaped_are_a_view_of_part_of_the_source(target):
+    """``X[:, :3].reshape(1, 12)`` of a ``(1, 7, 4)`` array reads its first 12 elements in
+    row-major order: a flat view of the source that is not the whole of it. It was taken
+    for a plain reshape of the source, which raised (differential seed 134065)."""
+    x = ph((1, 7, 4), "X", "float64")
+    made = tg.compute((1, 7, 4), lambda a, b, c: tg.exp(x[a, b, c]), name="made")
+    rows = tg.compute((1, 3, 4), lambda a, b, c: made[a, b, c], name="rows")
+    flat = tg.nn.reshape(rows, (1, 12))
+    from tegrad.lower.plan import plan
+
+    views = [k for k in plan([flat, made], fused=True).kernels if isinstance(k, View)]
+    assert [(k.strides.source, k.strides.layout) for k in views] == [(made, "flat")]
+    xv = normal((1, 7, 4), dtype="float64")
+    got_flat, got_made = tg.build([x], [flat, made], target=target)(xv)
+    np.testing.assert_allclose(got_flat, np.exp(xv[:, :3]).reshape(1, 12), rtol=1e-15)
+    np.testing.assert_allclose(got_made, np.exp(xv), rtol=1e-15)
+
+
 @pytest.mark.parametrize("make", [
     lambda x: tg.nn.flip(x, (0,)),  # a negative stride
     lambda x: tg.compute((36,), lambda f: x[f % 6, f // 6]),  # a transpose merged: no cancel

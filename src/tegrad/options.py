@@ -116,6 +116,8 @@ class Options:
     row_cache_buffers: int = 4  # row caches per kernel (row_cache.py)
     max_regions: int = 8  # ranges a guarded axis is split into (lower/nest_facts.regions)
     value_bounds: bool = True  # a reduce loop where k == t[n] visits that point (nest_reduce)
+    count_sums: bool = True  # a sum over axes its source does not use: times their points
+    hoist_unrolled: bool = True  # an unrolled loop's values out of the vector loop (hoist.py)
     order_reductions: bool = True  # a reduction's axes by stride (nest_facts.stride_ordered)
     transpose_tile: int = 8  # a transposing read's contiguous axis in classes of this (0: no)
     ragged_residues: bool = True  # residue classes of an axis its factor does not divide

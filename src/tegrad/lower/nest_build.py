@@ -67,6 +67,7 @@ from ..ir.tensor import Compute
 from ..ir.traverse import free_vars, substitute, walk
 from ..options import Options
 from .coalesce import coalesced
+from .hoist import hoisted
 from .kernels import General
 from .nest import (
     AddPartial,
@@ -163,7 +164,9 @@ class NestBuilder(ReduceLowering):
             if self.columns:
                 self._close_partials(shape[-1])
         kernel = LoopNest(self.name, self.args, self.outputs, self.root, self.gathers)
-        return coalesced(kernel) if self.options.coalesce_loops else kernel
+        if self.options.coalesce_loops:
+            kernel = coalesced(kernel)
+        return hoisted(kernel) if self.options.hoist_unrolled else kernel
 
     def _nest(self, body: Expr, axes, shape, parallel: bool) -> None:
         if column_order(body, axes, shape):

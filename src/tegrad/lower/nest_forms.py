@@ -97,6 +97,15 @@ class IMin:
 
 
 @dataclass(frozen=True, slots=True)
+class Count:
+    """``max(0, hi - lo)``: the points of the half-open range ``[lo, hi)`` of two bounds
+    (the right side of a ``Let``, an ``int64``)."""
+
+    lo: object
+    hi: object
+
+
+@dataclass(frozen=True, slots=True)
 class RowIndex:
     """``sum name * stride``: a point of a row-major array (empty: element 0)."""
 

@@ -50,11 +50,25 @@ from .nest import (
     FoldLanes,
     Guard,
     LaneAccumulator,
+    Let,
     Loop,
     RestoreNaN,
 )
 from .nest_facts import eager, reads_in_bounds, work_per_point
-from .nest_forms import Affine, CeilDiv, FloorDiv, IMax, IMin, Lit, Negated, Next, Ref, Scaled
+from .nest_forms import (
+    Affine,
+    Apply,
+    CeilDiv,
+    Count,
+    FloorDiv,
+    IMax,
+    IMin,
+    Lit,
+    Negated,
+    Next,
+    Ref,
+    Scaled,
+)
 from .nest_values import ExprLowering
 from .strides import gathers_along
 
@@ -95,7 +109,10 @@ class ReduceLowering(ExprLowering):
         for c in rest:
             used = [k for k, a in enumerate(e.axes) if a in free_vars(c)]
             deepest[c] = used[-1] if used else -1
-        last = len(e.axes) - 1
+        counted = (counted_axes(e, bounds, rest, names) if self.options.count_sums
+                   and not siblings and not self.threaded(e) else ())
+        looped = e.axes[:len(e.axes) - len(counted)]
+        last = len(looped) - 1
         own = frozenset(e.axes)
         predicate = (kind in ("sum", "prod", "max", "min") and eager(e.source, own)
                      and all(eager(c, own) for c in rest))
@@ -110,14 +127,14 @@ class ReduceLowering(ExprLowering):
 
         guard([c for c in rest if deepest[c] == -1])
         # constant bounds over at most ``unroll`` points, every other conjunct a mask
-        unroll = (all(predicate and deepest[c] == last for c in rest)
-                  and all(isinstance(b, int) for a in e.axes for b in bounds[a])
-                  and math.prod(max(0, hi - lo) for lo, hi in bounds.values())
+        unroll = (bool(looped) and all(predicate and deepest[c] == last for c in rest)
+                  and all(isinstance(b, int) for a in looped for b in bounds[a])
+                  and math.prod(max(0, bounds[a][1] - bounds[a][0]) for a in looped)
                   <= self.options.unroll)
         partials = () if unroll or not self.threaded(e) else tuple(
             (name, r.dtype, accumulator(r, name).identity, r.combiner.kind, nan_flagged(r))
             for r, name in [(e, acc), *siblings.items()])
-        for k, a in enumerate(e.axes):
+        for k, a in enumerate(looped):
             lo, hi = bounds[a]
             block = Loop(frozenset((a,)), loop=True, unrolled=unroll, var=names[a], lo=lo,
                          hi=hi, role="reduce", unroll=self.options.unroll if unroll else 0,
@@ -128,7 +145,10 @@ class ReduceLowering(ExprLowering):
                 guard([c for c in rest if deepest[c] == k])
         inner = self.stack[-1]
         src = self.value(e.source)
-        mask = tuple(self.value(c) for c in rest if deepest[c] == last) if predicate else ()
+        if counted:
+            src = self.times_count(src, e.dtype, [bounds[a] for a in counted])
+        mask = (tuple(self.value(c) for c in rest if deepest[c] == last)
+                if predicate and looped else ())
         inner.items.append(accumulate(e, Ref(acc), src, mask, names, flag=True))
         for r, r_acc in siblings.items():
             r_src = self.value(substitute(r.source, dict(zip(r.axes, e.axes, strict=True))))
@@ -144,17 +164,17 @@ class ReduceLowering(ExprLowering):
         for r, r_acc in siblings.items():
             self.memo[r] = (Ref(r_acc), here)
         if (innermost_loop is not None and not unroll and not innermost_loop.has_blocks()
-                and not innermost_loop.checks() and e.axes[-1] not in points
-                and not gathers_along(e.source, e.axes[-1])
-                and e.axes[-1].extent >= SIMD_MIN_EXTENT
+                and not innermost_loop.checks() and looped[-1] not in points
+                and not gathers_along(e.source, looped[-1])
+                and looped[-1].extent >= SIMD_MIN_EXTENT
                 and all(r.combiner.kind in SIMD_KINDS and (dt.is_float(r.dtype) or r.combiner.kind
                                                            in ("max", "min"))
                         for r, _ in accumulators)):
             innermost_loop.vectorize = True
             innermost_loop.simd_reductions = tuple(
                 (r.combiner.kind, a, nan_flagged(r)) for r, a in accumulators)
-        if self.options.lanes and not partials and nest_lanes.wanted(
-                innermost_loop, e.axes[-1].extent,
+        if self.options.lanes and not partials and looped and nest_lanes.wanted(
+                innermost_loop, looped[-1].extent,
                 [(r.combiner.kind, r.dtype) for r, _ in accumulators],
                 sum(b.loop for b in opened) > 1):
             innermost_loop.lanes = nest_lanes.LANES
@@ -168,6 +188,29 @@ class ReduceLowering(ExprLowering):
                 self.vars[a] = old
         self.emitting.difference_update([e, *siblings])
         return Ref(acc)
+
+    def times_count(self, src, dtype: str, ranges: list):
+        """``src`` times the points of ``ranges`` (``counted_axes``), computed here."""
+        count = None
+        for lo, hi in ranges:
+            if isinstance(lo, int) and isinstance(hi, int):
+                n = Lit(max(0, hi - lo), "int64")
+            else:
+                n = Ref(self.fresh("n"))
+                self.stack[-1].items.append(Let(n.name, "int64", Count(lo, hi)))
+            if count is not None:
+                product = Ref(self.fresh("n"))
+                self.stack[-1].items.append(
+                    Let(product.name, "int64", Apply("mul", (count, n), "int64", "int64")))
+                n = product
+            count = n
+        if count == Lit(1, "int64"):
+            return src
+        scale, scaled = Ref(self.fresh()), Ref(self.fresh())
+        here = self.stack[-1].items
+        here.append(Let(scale.name, dtype, Apply("cast", (count,), dtype, "int64")))
+        here.append(Let(scaled.name, dtype, Apply("mul", (src, scale), dtype, dtype)))
+        return scaled
 
     def threaded(self, e: Reduce) -> bool:
         """Whether ``e``'s first loop is shared out over threads (``Loop.partials``): a
@@ -285,6 +328,35 @@ class ReduceLowering(ExprLowering):
 
     def _bound(self, v) -> bool:
         return isinstance(v, Var) and v in self.vars and any(v in b.binds for b in self.stack)
+
+
+def counted_axes(e: Reduce, bounds: dict, rest: list, names: dict) -> tuple:
+    """The last axes of a sum that neither its source nor a conjunct left over uses, and
+    that no later axis's bounds name: the sum over them is the source times their points,
+    ``sum_{k in [lo, hi)} x = max(0, hi - lo) x``, no loop (an adaptive pool's gradient:
+    the offset in a window whose start is an input point's, one point or none). Not a
+    bool's sum (an or), nor a ``prod`` (``x^n``)."""
+    if e.combiner.kind != "sum" or e.dtype == "bool":
+        return ()
+    used = free_vars(e.source).union(*(free_vars(c) for c in rest))
+    counted: list = []
+    for a in reversed(e.axes):
+        later = [bounds[b] for b in counted]
+        if a in used or any(_names(b, names[a]) for b in later):
+            break
+        counted.insert(0, a)
+    return tuple(counted)
+
+
+def _names(x, name: str) -> bool:
+    """Whether the bound (or pair of bounds) ``x`` names the variable ``name``."""
+    if isinstance(x, (tuple, list)):
+        return any(_names(i, name) for i in x)
+    if isinstance(x, Affine):
+        return any(v == name for _, v in x.terms)
+    if isinstance(x, int):
+        return False
+    return any(_names(getattr(x, f), name) for f in x.__slots__ if f != "d" and f != "m")
 
 
 def accumulator(e: Reduce, name: str) -> Accumulator:

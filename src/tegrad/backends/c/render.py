@@ -423,6 +423,8 @@ class CDialect:
             return f"({self.operand(v.cond)} ? {self.operand(v.a)} : {self.operand(v.b)})"
         if isinstance(v, forms.BufferLoad):
             return f"{v.buffer}[{self.operand(v.index)}]"
+        if isinstance(v, forms.Count):
+            return f"tg_imax(0L, ({self.bound(v.hi)}) - ({self.bound(v.lo)}))"
         raise TypeError(f"no C for {type(v).__name__}")
 
     def index_term(self, t: forms.IndexTerm) -> str:

@@ -153,7 +153,12 @@ class Evaluator:
             with np.errstate(all="ignore"):
                 return self.go(e.a, depth, conds).astype(e.dtype)
         if isinstance(e, Binary):
-            a, b = self.go(e.a, depth, conds), self.go(e.b, depth, conds)
+            # the right side of ``and`` counts only where the left holds, of ``or`` where it
+            # does not: its gathers are checked there (a max's gradient tests ``0 <= t[k]
+            # && ... && X[t[k]] == m``, its forward's guard before the tie's read)
+            right = (conds + tuple(split_conjunction(e.a)) if e.op == "and" else
+                     conds + (Unary("not", e.a, "bool"),) if e.op == "or" else conds)
+            a, b = self.go(e.a, depth, conds), self.go(e.b, depth, right)
             with np.errstate(all="ignore"):
                 return BINARY[e.op](a, b).astype(e.dtype, copy=False)
         if isinstance(e, Select):

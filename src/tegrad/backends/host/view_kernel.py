@@ -32,9 +32,11 @@ class ViewOf:
         self.coefficients = strides.coefficients
         self.offset = strides.offset
         self.writeable = not strides.overlapping
+        # (all of the source: a view of its first elements, a slice reshaped, is not one)
         self.reshape = self.flat and strides.offset == (0,) and strides.coefficients == tuple(
             (math.prod(strides.shape[j + 1:]) if n > 1 else 0,)
-            for j, n in enumerate(strides.shape))
+            for j, n in enumerate(strides.shape)) and math.prod(
+            strides.shape) == math.prod(strides.source.shape)
         self.basic = None if self.reshape else self._basic()
         # the byte strides and start over a C-ordered source, made once
         dims = (math.prod(self.source.shape),) if self.flat else self.source.shape
