@@ -733,6 +733,38 @@ def test_short_sums_run_in_lanes(case):
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("kind", ["max", "min", "tie count"])
+def test_short_maxima_run_in_lanes_and_keep_nan(kind):
+    """A float32 max or min over short rows inside another of its loops (a pool's
+    windows) runs in lanes as a sum does, each lane keeping whether it saw NaN: a NaN
+    anywhere in a plane is its max, as in NumPy. A tie count, ``sum [X == m]``, compares
+    in lanes as a mask. With ``Options.lanes`` on and off, NumPy's values."""
+    X = tg.placeholder((2, 3, 7, 13), "float32", "X")
+    M = tg.placeholder((2, 3), "float32", "M")
+    a, b = tg.reduce_axis(7, "a"), tg.reduce_axis(13, "b")
+    if kind == "tie count":
+        y = tg.compute((2, 3), lambda i, c: tg.sum(tg.cast(tg.equal(X[i, c, a, b], M[i, c]),
+                                                            "float32"), axis=[a, b]))
+        inputs, op = [X, M], "_mm512_mask_add_ps"
+    else:
+        y = tg.compute((2, 3), lambda i, c: getattr(tg, kind)(X[i, c, a, b], axis=[a, b]))
+        inputs, op = [X], f"_mm512_mask_{kind}_ps"
+    texts = "\n".join(_kernel_texts([y], coalesce_loops=False))
+    assert op in texts, texts
+    assert op not in "\n".join(_kernel_texts([y], coalesce_loops=False, lanes=False))
+    rng = np.random.default_rng(7)
+    x = rng.integers(-3, 4, (2, 3, 7, 13)).astype(np.float32)  # ties
+    x[0, 1, 3, 12] = np.nan  # in a masked tail lane
+    x[1, 2, 0, 0] = np.nan
+    x[1, 0, :, :] = np.inf if kind == "min" else -np.inf
+    arrays = [x, np.full((2, 3), 2.0, np.float32)][:len(inputs)]
+    want = tg.build(inputs, [y], target="numpy")(*arrays)[0]
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(lanes=on, coalesce_loops=False)
+        got = tg.build(inputs, [y], target="cpu", options=options)(*arrays)[0]
+        np.testing.assert_array_equal(got, want)
+
+
 def _odd_cases():
     """``(name, tegrad op, torch op of (F, x), input shape)``: strided windows over
     extents their stride does not divide, on both image axes."""

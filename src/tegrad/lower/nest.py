@@ -175,16 +175,22 @@ class Accumulate:
 
 @dataclass(frozen=True, slots=True)
 class LaneAccumulator:
-    """Float32 sum ``name``'s vector of lanes, each 0 (``nest_lanes.py``)."""
+    """Float32 reduction ``name``'s vector of lanes, each the identity of ``kind`` (a sum,
+    max or min; ``nest_lanes.py``), with a mask of lanes that saw NaN where ``nan``."""
 
     name: str
+    kind: str = "sum"
+    nan: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class FoldLanes:
-    """``name += the sum of its lanes`` (``nest_lanes.py``), after the loops adding to them."""
+    """``name`` combined with the reduction of its lanes (``nest_lanes.py``), after the
+    loops adding to them; its NaN flag raised where a lane saw NaN (``nan``)."""
 
     name: str
+    kind: str = "sum"
+    nan: bool = False
 
 
 @dataclass(frozen=True, slots=True)

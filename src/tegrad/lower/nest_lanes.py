@@ -22,7 +22,10 @@ which reassociates the sum as the vectorized reduction does. It applies to a flo
 points, inside at least one other loop of the reduction, where the loop
 body is ``lane_form``'s: loads whose index moves by one element per point of the axis
 (or not at all), float32 ``add``/``sub``/``mul``/``div``/``neg`` of them and of values
-from outside, integer index arithmetic affine in the axis, and unmasked ``Accumulate``s.
+from outside, comparisons of those as masks and a mask cast to 0 or 1 (a max pool's tie
+count), integer index arithmetic affine in the axis, and unmasked ``Accumulate``s. A
+float32 max or min (a pool's window rows) runs in lanes too, with a mask of the lanes
+that saw NaN (a lane's max would drop it), folded into its NaN flag after the loops.
 The renderer (``backends/c/render.py``) writes the masked vector where the compiler
 targets AVX-512, the plain loop elsewhere (its lane accumulators then stay 0), and the
 plain loop too if the body is no longer ``lane_form``'s when it renders.
@@ -38,6 +41,8 @@ MIN_LANE_EXTENT = 4  # a shorter row stays a scalar loop
 MAX_LANE_EXTENT = 64  # a longer one is the vectorized reduction's: one sum per row is cheap
 VECTOR_OPS = ("add", "sub", "mul", "div", "neg")
 INDEX_OPS = ("add", "sub", "mul")
+KINDS = ("sum", "max", "min")  # a max or min keeps a mask of the lanes that saw NaN
+COMPARISONS = ("eq", "ne", "lt", "le")  # of float32 values, as a mask of lanes
 
 
 def wanted(loop: Loop | None, extent: int, kinds: list[tuple[str, str]], nested: bool) -> bool:
@@ -46,7 +51,7 @@ def wanted(loop: Loop | None, extent: int, kinds: list[tuple[str, str]], nested:
     of its loops when ``nested``, runs in lanes (module header)."""
     return (loop is not None and nested and not loop.partials and not loop.unroll
             and MIN_LANE_EXTENT <= extent <= MAX_LANE_EXTENT
-            and all(kind == "sum" and dtype == "float32" for kind, dtype in kinds)
+            and all(kind in KINDS and dtype == "float32" for kind, dtype in kinds)
             and lane_form(loop) is not None)
 
 
@@ -76,7 +81,8 @@ def lane_form(loop: Loop) -> dict | None:
 
     for item in loop.items:
         if isinstance(item, Accumulate):
-            if (item.kind != "sum" or item.dtype != "float32" or item.mask or item.flag
+            if (item.kind not in KINDS or item.dtype != "float32" or item.mask
+                    or (item.flag and item.kind == "sum")
                     or not isinstance(item.acc, Ref) or not vector_operand(item.src)):
                 return None
             continue
@@ -92,6 +98,13 @@ def lane_form(loop: Loop) -> dict | None:
               and value.operand == "float32" and value.op in VECTOR_OPS
               and all(vector_operand(a) for a in value.args)):
             forms[item.name] = ("vector",)
+        elif (isinstance(value, Apply) and item.dtype == "bool" and value.operand == "float32"
+              and value.op in COMPARISONS and all(vector_operand(a) for a in value.args)):
+            forms[item.name] = ("mask",)  # a tie test, X == m
+        elif (isinstance(value, Apply) and value.op == "cast" and item.dtype == "float32"
+              and value.operand == "bool" and isinstance(value.args[0], Ref)
+              and forms.get(value.args[0].name) == ("mask",)):
+            forms[item.name] = ("vector",)  # a tie counted: 1 where the mask holds
         elif (isinstance(value, Apply) and item.dtype.startswith("int")
               and value.op in INDEX_OPS and value.operand.startswith("int")):
             coefficients = [coefficient(a) for a in value.args]

@@ -181,8 +181,13 @@ class ReduceLowering(ExprLowering):
             names = {a for _, a in accumulators}
             at = max(k for k, item in enumerate(here.items)
                      if isinstance(item, Accumulator) and item.name in names)
-            here.items[at + 1:at + 1] = [LaneAccumulator(a) for _, a in accumulators]
-            here.items += [FoldLanes(a) for _, a in accumulators]
+            lanes = [(r.combiner.kind, a, nan_flagged(r)) for r, a in accumulators]
+            here.items[at + 1:at + 1] = [LaneAccumulator(a, kind, nan) for kind, a, nan in lanes]
+            # (before a max's RestoreNaN: its lanes' NaN raise the flag)
+            restore = [k for k, item in enumerate(here.items)
+                       if isinstance(item, RestoreNaN) and item.name in names]
+            at = restore[0] if restore else len(here.items)
+            here.items[at:at] = [FoldLanes(a, kind, nan) for kind, a, nan in lanes]
         for a, old in shadowed.items():
             if old is not None:
                 self.vars[a] = old

@@ -122,7 +122,12 @@ class CDialect:
     def lane_statement(self, s, lanes: dict) -> str:
         if isinstance(s, n.Accumulate):
             acc, src = f"{s.acc.name}_v", self.lane_operand(s.src, lanes)
-            return f"{acc} = _mm512_mask_add_ps({acc}, tg_m, {acc}, {src});"
+            op = {"sum": "add", "max": "max", "min": "min"}[s.kind]
+            step = f"{acc} = _mm512_mask_{op}_ps({acc}, tg_m, {acc}, {src});"
+            if s.flag:  # (a NaN a lane's max would drop: its lane's mask bit raised)
+                step += (f" {s.acc.name}_vn |= _mm512_mask_cmp_ps_mask(tg_m, {src}, {src}, "
+                         "_CMP_UNORD_Q);")
+            return step
         form = lanes[s.name]
         if form[0] == "index":
             return self.visit_Let(s)
@@ -132,6 +137,14 @@ class CDialect:
                      else f"_mm512_set1_ps({load})")
             return f"const __m512 {s.name} = {value};"
         args = [self.lane_operand(a, lanes) for a in s.value.args]
+        if form[0] == "mask":  # (ordered, as C's comparisons but !=, true at NaN)
+            predicate = {"eq": "_CMP_EQ_OQ", "ne": "_CMP_NEQ_UQ", "lt": "_CMP_LT_OQ",
+                         "le": "_CMP_LE_OQ"}[s.value.op]
+            return (f"const __mmask16 {s.name} = _mm512_cmp_ps_mask({args[0]}, {args[1]}, "
+                    f"{predicate});")
+        if s.value.op == "cast":
+            return (f"const __m512 {s.name} = _mm512_maskz_mov_ps({s.value.args[0].name}, "
+                    "_mm512_set1_ps(1.0f));")
         if s.value.op == "neg":  # (the sign bit flipped, as -x: -0 for 0)
             return (f"const __m512 {s.name} = _mm512_castsi512_ps(_mm512_xor_si512("
                     f"_mm512_castps_si512({args[0]}), _mm512_set1_epi32(INT32_MIN)));")
@@ -314,11 +327,21 @@ class CDialect:
         return out
 
     def visit_LaneAccumulator(self, s: n.LaneAccumulator) -> list[str]:
-        return ["#ifdef __AVX512F__", f"__m512 {s.name}_v = _mm512_setzero_ps();", "#endif"]
+        start = {"sum": "_mm512_setzero_ps()", "max": "_mm512_set1_ps(-INFINITY)",
+                 "min": "_mm512_set1_ps(INFINITY)"}[s.kind]
+        nan = [f"__mmask16 {s.name}_vn = 0;"] if s.nan else []
+        return ["#ifdef __AVX512F__", f"__m512 {s.name}_v = {start};", *nan, "#endif"]
 
     def visit_FoldLanes(self, s: n.FoldLanes) -> list[str]:
-        return ["#ifdef __AVX512F__", f"{s.name} += _mm512_reduce_add_ps({s.name}_v);",
-                "#endif"]
+        if s.kind == "sum":
+            fold = [f"{s.name} += _mm512_reduce_add_ps({s.name}_v);"]
+        else:  # (the accumulator's own compare, as the scalar loop's)
+            cmp = ">" if s.kind == "max" else "<"
+            fold = [f"{{ const float tg_r = _mm512_reduce_{s.kind}_ps({s.name}_v); "
+                    f"{s.name} = {s.name} {cmp} tg_r ? {s.name} : tg_r; }}"]
+        if s.nan:
+            fold.append(f"if ({s.name}_vn) {s.name}_nan = 1;")
+        return ["#ifdef __AVX512F__", *fold, "#endif"]
 
     def visit_ArgAccumulator(self, s: n.ArgAccumulator) -> str:
         return (f"{self.local_types[s.dtype]} {s.name} = {s.start}; "
