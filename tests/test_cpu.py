@@ -1593,3 +1593,33 @@ def test_a_read_at_a_chosen_index_is_a_choice_of_reads(chosen):
     (got,) = tg.build([x, z], [y], target="cpu")(xv, zv)
     i, j = np.indices((16, 32))
     np.testing.assert_array_equal(got, zv * xv[(3 * i + j >= 17).astype(int)])
+
+
+def test_a_weight_gradient_of_tiny_products_is_one_product():
+    """A stride-3 1-D convolution with 4 output channels and a 2-tap kernel: its weight
+    gradient, looped over the images for each channel, was 6144 BLAS calls of 4 x 2
+    outputs (``products._calls_too_small``); now the input's im2col copy and one product
+    of 4 x 192 outputs, deep over every image's points. The values are torch's."""
+    import torch
+
+    from tegrad.backends.cpu import gemm, replay
+
+    x = tg.placeholder((64, 96, 40), "float32", name="X")
+    w = tg.placeholder((4, 96, 2), "float32", name="W")
+    y = tg.nn.conv1d(x, w, stride=3, padding=1)
+    head = tg.placeholder(y.shape, "float32", name="H")
+    (dw,) = tg.gradient(y, [w], head=head)
+    rng = np.random.default_rng(3)
+    xv = rng.standard_normal((64, 96, 40), np.float32)
+    wv = rng.standard_normal((4, 96, 2), np.float32)
+    hv = rng.standard_normal(y.shape, np.float32)
+    built = tg.build([x, head], [dw], target="cpu")
+    (got,) = built(xv, hv)
+    calls = [call for step in built.program.steps if isinstance(step, replay.ReplayedContraction)
+             for recipe in step.recipes.values() if recipe is not None
+             for call, _ in recipe.actions if isinstance(call, gemm.GemmCall)]
+    assert calls and all(c.batch * (len(c.terms) // 2) == 1 for c in calls), calls
+    tx, th = torch.from_numpy(xv.astype(np.float64)), torch.from_numpy(hv.astype(np.float64))
+    tw = torch.from_numpy(wv.astype(np.float64)).requires_grad_()
+    (want,) = torch.autograd.grad(torch.nn.functional.conv1d(tx, tw, stride=3, padding=1), tw, th)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-3)
