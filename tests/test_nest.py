@@ -896,3 +896,29 @@ def test_values_of_an_unrolled_loop_move_out_of_the_vector_loop(case):
         options = tg.Options.from_environment().replace(hoist_unrolled=on)
         got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_the_sums_of_a_grouped_output_are_ordered_by_stride_too():
+    """A group norm's gradient writes its per-group sums with another output of the same
+    point (``grouping.py``); that output's sum over ``(x y, channel in group)`` was
+    left in its written order, the channel (stride 729) innermost, and, so ordered, was
+    not the main output's sum of the same terms either. Both bodies are ordered now
+    (``Options.order_reductions``): the contiguous axis innermost, the sum computed
+    once. Both ways give NumPy's values."""
+    x = tg.placeholder((2, 54, 27, 27), "float32", "X")
+    g, b = tg.placeholder((54,), "float32", "G"), tg.placeholder((54,), "float32", "B")
+    y = tg.nn.group_norm(x, 3, g, b)
+    head = tg.placeholder(y.shape, "float32", "H")
+    grads = tg.gradient(y, [x, g, b], head=head)
+    strided = re.compile(r"< 729; r\d+\+\+\) \{\n\s*for \(int r\d+ = 0; r\d+ < 18;")
+    ordered = "\n".join(_kernel_texts(grads))
+    assert not strided.search(ordered), ordered
+    assert strided.search("\n".join(_kernel_texts(grads, order_reductions=False)))
+    rng = np.random.default_rng(8)
+    arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in (x, g, b, head)]
+    want = tg.build([x, g, b, head], grads, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(order_reductions=on)
+        got = tg.build([x, g, b, head], grads, target="cpu", options=options)(*arrays)
+        for a, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)

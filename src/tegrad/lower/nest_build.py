@@ -148,8 +148,9 @@ class NestBuilder(ReduceLowering):
                 found := flattened(body, axes[-2], axes[-1])):
             body, last = found  # (the last two axes as one: ``nest_facts.flattened``)
             axes, shape = [*axes[:-2], last], (*shape[:-2], last.extent)
-        if self.options.order_reductions:
+        if self.options.order_reductions:  # (the grouped outputs' sums too)
             body = stride_ordered(body)
+            self.also = tuple((tensor, stride_ordered(other)) for tensor, other in self.also)
         self.reductions = [x for x in walk(body) if isinstance(x, Reduce)]
         # (a 1-D kernel's parts nest on their own, their ``also`` unspecialized: no windows)
         split = (self._regions([body], axes[0], shape[0], windows=not self.also)
