@@ -8,7 +8,9 @@ loop) becomes a bound of its loop (``k >= ceil(-R / c)`` for ``c > 0``,
 guards of a gather-form convolution or pooling backward cost nothing per element. So
 does ``k == v`` for an integer value ``v`` the loop does not change, read from data (a
 class index picked by ``sum_c [c = t[n]] x[n, c]``): the loop visits ``max(lo, v) <= k
-< min(hi, v + 1)``, one point or none (``Options.value_bounds``). The
+< min(hi, v + 1)``, one point or none (``Options.value_bounds``). A sum's last axes
+that neither its source nor a conjunct left over uses are no loops: ``sum_{k in [lo,
+hi)} x = max(0, hi - lo) x`` (``counted_axes``, ``Options.count_sums``). The
 other conjuncts test each point: branch-free (``Accumulate.mask``) when the source is
 safe to evaluate anyway, else in a ``Guard`` at the loop of the last axis they use.
 
