@@ -24,6 +24,7 @@ from tegrad.ir.expr import Binary
 from tegrad.ir.tensor import Placeholder
 from tegrad.ir.traverse import topo_tensors
 from tegrad.lower.contraction import match_contraction
+from tegrad.lower.kernels import Contraction
 from tegrad.lower.plan import plan
 from tegrad.lower.residue import normalize, split_axes
 
@@ -1025,3 +1026,35 @@ def test_a_reduction_the_gradient_keeps_is_summed_once():
         got_y, got_g = tg.build([x, h], [y, g], target=target)(xv, hv)
         np.testing.assert_allclose(got_y, yt.detach().numpy(), rtol=1e-12)
         np.testing.assert_allclose(got_g, gt.numpy(), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("kernel, stride", [(2, 3), (3, 4), (3, 3), (5, 3)], ids=str)
+def test_a_stride_past_its_taps_reads_a_phase_plane_per_tap(kernel, stride):
+    """``X[3 p + k - 1]`` for ``k`` in ``[0, 2)``: the phase split of ``k`` by the stride
+    (``contraction._apply_phases``) reads one plane per tap, not one per residue of 3 (the
+    third plane would meet only the weight's zero padding: copied and multiplied for
+    nothing). With as many taps as the stride or more, every residue has a plane. The
+    forward and both gradients are torch's in float64, on both targets."""
+    torch = pytest.importorskip("torch")
+    X = tg.placeholder((2, 96, 40), "float64", name="X")
+    W = tg.placeholder((4, 96, kernel), "float64", name="W")
+    Y = tg.nn.conv1d(X, W, stride=stride, padding=1)
+    H = tg.placeholder(Y.shape, "float64", name="H")
+    split = tg.Options.from_environment().replace(thin_batch=0)  # (phases at any size)
+    (kernel_of_y,) = [k for k in plan([Y], options=split, fused=True).kernels
+                      if isinstance(k, Contraction)]
+    (piece,) = kernel_of_y.contraction.pieces
+    (phased,) = [f for f in piece.factors if f.phases]
+    planes = phased.index[0][0][0][0]  # the phase variable, the plane's leading index
+    assert planes.extent == (kernel if kernel < stride else stride)
+    rng = np.random.default_rng(kernel * 10 + stride)
+    x, w, h = (rng.standard_normal(t.shape) for t in (X, W, H))
+    tx, tw = (torch.from_numpy(a).requires_grad_() for a in (x, w))
+    ty = torch.nn.functional.conv1d(tx, tw, None, stride, 1)
+    want = [ty.detach().numpy(), *(g.numpy() for g in torch.autograd.grad(
+        ty, [tx, tw], torch.from_numpy(h)))]
+    dX, dW = tg.gradient(Y, [X, W], head=H)
+    for target in ("numpy", "cpu"):
+        got = tg.build([X, W, H], [Y, dX, dW], target=target, options=split)(x, w, h)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

@@ -364,9 +364,12 @@ def _apply_phases(p: Piece, k: int, plan, ranges: dict) -> Piece:
     for _, step, r in plan:
         lo, hi = ranges.pop(r)
         q = Var.fresh(f"{r.name}q", 0, -(-(hi - lo + 1) // step))
-        a = Var.fresh(f"{r.name}a", 0, step)
+        # fewer taps than the stride (a stride-3 convolution of 2 taps): a phase per tap,
+        # not per residue (a plane of zero weights copied and multiplied for nothing)
+        phases = min(step, hi - lo + 1)
+        a = Var.fresh(f"{r.name}a", 0, phases)
         subst[r] = (q, a, step, lo)
-        ranges[q], ranges[a] = (0, q.extent - 1), (0, step - 1)
+        ranges[q], ranges[a] = (0, q.extent - 1), (0, phases - 1)
 
     def rewrite(form: AffineIndex) -> AffineIndex:
         coeffs, c = dict(form[0]), form[1]
