@@ -922,3 +922,48 @@ def test_the_sums_of_a_grouped_output_are_ordered_by_stride_too():
         got = tg.build([x, g, b, head], grads, target="cpu", options=options)(*arrays)
         for a, w in zip(got, want, strict=True):
             np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+def test_an_unrolled_loop_from_one_reads_its_buffers_at_its_offset(tmp_path):
+    """``hoist`` on a built nest whose unrolled loop runs over ``[1, 4)`` and moves two
+    values: the buffers are indexed ``r - 1``, computed once in the filling loop and once
+    at the head of the unrolled one, and the C compiles (a name defined twice in one
+    scope would not)."""
+    import subprocess
+
+    from tegrad.backends.c.c_ops import PRELUDE
+    from tegrad.backends.cpu import compiler
+    from tegrad.lower import hoist
+    from tegrad.lower.nest_forms import Apply, IndexTerm, Lit, Load, Ref
+
+    X = tg.placeholder((4, 40), "float32", "X")
+    Y = tg.placeholder((4, 40), "float32", "Y")
+    unrolled = nest.Loop(loop=True, unrolled=True, var="r0", lo=1, hi=4, role="reduce",
+                         unroll=16)
+    unrolled.items += [
+        nest.Let("t1", "int32", Apply("mul", (Ref("i0"), Ref("r0")), "int32", "int32")),
+        nest.Let("t2", "float32", Apply("cast", (Ref("t1"),), "float32", "int32")),
+        nest.Let("t3", "bool", Apply("lt", (Ref("t1"), Lit(5, "int32")), "bool", "int32")),
+        nest.Let("t4", "float32", Load(1, (IndexTerm(Ref("r0"), 40), IndexTerm(Ref("i1"), 1)))),
+        nest.Let("t5", "float32", Apply("mul", (Ref("t4"), Ref("t2")), "float32", "float32")),
+        nest.Accumulate("sum", Ref("acc"), Ref("t5"), "float32", mask=(Ref("t3"),))]
+    columns = nest.Loop(loop=True, var="i1", lo=0, hi=40, vectorize=True)
+    columns.items += [nest.Accumulator("acc", "float32", Lit(0.0, "float32")), unrolled,
+                      nest.Store(0, nest_forms.RowIndex((("i0", 40), ("i1", 1))), Ref("acc"))]
+    rows = nest.Loop(loop=True, var="i0", lo=0, hi=4, items=[columns])
+    kernel = hoist.hoisted(nest.LoopNest("k0", [Y, X], 1, nest.Block(items=[rows]), []))
+    fill = [i for i in rows.items if isinstance(i, nest.Loop) and not i.vectorize]
+    assert len(fill) == 1 and fill[0].lo == 1
+    buffers = [i for i in rows.items if isinstance(i, nest.RowBuffer)]
+    assert sorted(b.name.split("_", 1)[1] for b in buffers) == ["t2", "t3"]
+    assert sum(isinstance(i, nest.Let) and i.name == "r0_at" for i in fill[0].items) == 1
+    rewritten = columns.items[1]
+    assert rewritten.items[0].name == "r0_at"
+    loads = [i.value for i in rewritten.items
+             if isinstance(i, nest.Let) and isinstance(i.value, nest_forms.BufferLoad)]
+    assert len(loads) == 2 and all(v.index == Ref("r0_at") for v in loads)
+    source = tmp_path / "k.c"
+    source.write_text(PRELUDE + "\n\n" + CDialect().render(kernel))
+    flags = [f for f in compiler.FLAGS if f not in ("-shared", "-w")]
+    subprocess.run([compiler.compiler(), *flags, "-c", str(source), "-o",
+                    str(tmp_path / "k.o")], check=True, capture_output=True)

@@ -94,12 +94,13 @@ def _hoist(loop: n.Loop, counter: list, outputs: int) -> list:
             counter[0] += 1
             buffers[s.name] = f"h{counter[0]}_{s.name}"
         fill = n.Loop(loop=True, var=inner.var, lo=inner.lo, hi=inner.hi, role="reduce")
+        point = _offset(fill, inner)
+        needed = _needed(movable, targets)
         for s in lets:
-            if s.name in movable and s.name in _needed(movable, targets):
+            if s.name in needed:
                 fill.items.append(s)
             if s.name in buffers:
-                fill.items.append(n.BufferStore(buffers[s.name], _offset(fill, inner),
-                                                forms.Ref(s.name)))
+                fill.items.append(n.BufferStore(buffers[s.name], point, forms.Ref(s.name)))
         before += [n.RowBuffer(buffers[s.name], s.dtype, inner.hi - inner.lo) for s in targets]
         before.append(fill)
         index = _offset(None, inner)
