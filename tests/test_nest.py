@@ -618,6 +618,16 @@ def _kernel_texts(outputs, **fields):
             for t, b, a, c in _general(outputs)]
 
 
+def _agrees_both_ways(inputs, outputs, arrays, field: str, tolerance: float) -> None:
+    """The cpu target gives the NumPy reference's values with ``Options.<field>`` on and
+    off."""
+    want = tg.build(inputs, outputs, target="numpy")(*arrays)
+    for on in (True, False):
+        options = tg.Options.from_environment().replace(**{field: on})
+        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
+        np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+
+
 def _coalesce_cases():
     """name -> (outputs, inputs, whether the image loops merge): each kernel reads the
     image ``X`` (8 x 3 x 5 x 6) by its own pattern."""
@@ -655,11 +665,7 @@ def test_loops_over_an_image_plane_merge_where_only_addresses_read_them(case):
     assert (merged == nested) == (not merges)
     rng = np.random.default_rng(4)
     arrays = [rng.standard_normal(t.shape).astype(np.float32) for t in inputs]
-    want = tg.build(inputs, outputs, target="numpy")(*arrays)
-    for on in (True, False):
-        options = tg.Options.from_environment().replace(coalesce_loops=on)
-        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _agrees_both_ways(inputs, outputs, arrays, "coalesce_loops", 1e-5)
 
 
 def _lane_cases():
@@ -853,11 +859,7 @@ def test_a_sum_over_axes_its_source_does_not_use_is_a_product(case):
     rng = np.random.default_rng(5)
     arrays = [rng.integers(-9, 9, t.shape).astype(t.dtype) if t.dtype == "int32"
               else rng.standard_normal(t.shape).astype(t.dtype) for t in inputs]
-    want = tg.build(inputs, outputs, target="numpy")(*arrays)
-    for on in (True, False):
-        options = tg.Options.from_environment().replace(count_sums=on)
-        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    _agrees_both_ways(inputs, outputs, arrays, "count_sums", 1e-6)
 
 
 def _hoist_cases():
@@ -891,11 +893,7 @@ def test_values_of_an_unrolled_loop_move_out_of_the_vector_loop(case):
     assert "#pragma omp simd" in moved
     rng = np.random.default_rng(6)
     arrays = [rng.standard_normal(t.shape).astype(t.dtype) for t in inputs]
-    want = tg.build(inputs, outputs, target="numpy")(*arrays)
-    for on in (True, False):
-        options = tg.Options.from_environment().replace(hoist_unrolled=on)
-        got = tg.build(inputs, outputs, target="cpu", options=options)(*arrays)
-        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    _agrees_both_ways(inputs, outputs, arrays, "hoist_unrolled", 1e-6)
 
 
 def test_the_sums_of_a_grouped_output_are_ordered_by_stride_too():

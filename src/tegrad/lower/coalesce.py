@@ -68,7 +68,7 @@ def _merged(outer: n.Loop) -> n.Loop | None:
     a, b, nb = outer.var, inner.var, inner.hi
     uses = []  # (coefficient of a, coefficient of b) per address
     rewritten = [_rewrite(item, a, b, uses) for item in inner.items]
-    if any(ca != nb * cb for ca, cb in uses) or _mentions(rewritten, (a, b)):
+    if any(ca != nb * cb for ca, cb in uses) or mentions(rewritten, (a, b)):
         return None
     # (a merged loop is longer than a vector's lanes: its sums' lanes stay 0, nest_lanes)
     return replace(inner, lo=outer.lo * nb, hi=outer.hi * nb, lanes=0,
@@ -87,7 +87,7 @@ _MARK = "\0merged:"  # a name no kernel has: b's uses as an address, until all a
 def _rewrite(item, a: str, b: str, uses: list):
     """``item`` with the addresses' terms of ``a`` dropped and those of ``b`` marked
     (``_MARK``), each address's coefficients of the two appended to ``uses``; other uses
-    of ``a`` and ``b`` are left as they are, for ``_mentions`` to find."""
+    of ``a`` and ``b`` are left as they are, for ``mentions`` to find."""
     if isinstance(item, n.Block):
         return replace(item, items=[_rewrite(i, a, b, uses) for i in item.items])
     if isinstance(item, n.Let) and isinstance(item.value, forms.Load):
@@ -132,14 +132,14 @@ def _unmark(item, b: str):
     return item
 
 
-def _mentions(x, names: tuple) -> bool:
+def mentions(x, names: tuple) -> bool:
     """Whether ``x`` (statements, blocks, forms) names one of ``names`` anywhere: as a
     ``Ref``, an index or bound term, an argmax's position, a loop's variable."""
     if isinstance(x, str):
         return x in names
     if isinstance(x, (list, tuple, frozenset)):
-        return any(_mentions(i, names) for i in x)
+        return any(mentions(i, names) for i in x)
     if not is_dataclass(x) or type(x).__module__ not in _OWN:
         return False  # ints, dtypes, a custom combiner's expression of its own parameters
     # (a block's ``binds`` are tegrad.ir variables, not names)
-    return any(_mentions(getattr(x, f.name), names) for f in fields(x) if f.name != "binds")
+    return any(mentions(getattr(x, f.name), names) for f in fields(x) if f.name != "binds")

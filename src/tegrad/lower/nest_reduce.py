@@ -44,6 +44,7 @@ from ..ir.expr import Binary, Cast, Expr, Reduce, Unary, Var
 from ..ir.traverse import free_vars, substitute, walk
 from ..ir.verify import split_conjunction
 from . import nest_lanes
+from .coalesce import mentions
 from .nest import (
     Accumulate,
     Accumulator,
@@ -349,21 +350,10 @@ def counted_axes(e: Reduce, bounds: dict, rest: list, names: dict) -> tuple:
     counted: list = []
     for a in reversed(e.axes):
         later = [bounds[b] for b in counted]
-        if a in used or any(_names(b, names[a]) for b in later):
+        if a in used or mentions(later, (names[a],)):
             break
         counted.insert(0, a)
     return tuple(counted)
-
-
-def _names(x, name: str) -> bool:
-    """Whether the bound (or pair of bounds) ``x`` names the variable ``name``."""
-    if isinstance(x, (tuple, list)):
-        return any(_names(i, name) for i in x)
-    if isinstance(x, Affine):
-        return any(v == name for _, v in x.terms)
-    if isinstance(x, int):
-        return False
-    return any(_names(getattr(x, f), name) for f in x.__slots__ if f != "d" and f != "m")
 
 
 def accumulator(e: Reduce, name: str) -> Accumulator:
